@@ -1,0 +1,132 @@
+"""Configuration: one pydantic model per component, nested into `TrainConfig`.
+
+Configs load from one YAML file plus dotted overrides (`--set algo.clip_eps_high=0.28`).
+Unknown keys and bad values are errors that name the field, the value and the file.
+
+>>> cfg = load_config(overrides=["rollout.group_size=4", "env.name=sokoban"])
+>>> cfg.rollout.group_size, cfg.env.name
+(4, 'sokoban')
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class EnvConfig(_Section):
+    name: str = "sokoban"
+    """Registered env name, or `module.path:Class`."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the env constructor (override its registered defaults)."""
+
+
+class ModelConfig(_Section):
+    name: str = "smollm2-135m"
+    """Hugging Face id, local path, or a built-in alias (`tiny`, `smollm2-135m`)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights dtype; `auto` is float32 on CPU and bfloat16 on GPU."""
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the field, value and file."""
+
+
+class TrainConfig(_Section):
+    """Everything one `agentrl train` run needs."""
+
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """The environment to train on."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """The policy model."""
+    seed: int = 0
+    """Seed for torch, numpy and the env seed sequence."""
+
+
+def _parse_value(text: str) -> Any:
+    """Parse an override value as YAML (`0.28`, `true`, `[1, 2]`), else keep the string."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: {key!r} is a value, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _format_errors(err: ValidationError, tree: dict[str, Any], origin: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        value = e.get("input")
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key (value {value!r})")
+        else:
+            lines.append(f"  {loc} = {value!r}: {e['msg']}")
+    return f"invalid config ({origin}):\n" + "\n".join(lines)
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    base: dict[str, Any] | None = None,
+    model: type[BaseModel] = TrainConfig,
+) -> Any:
+    """Build a config from `base`, then a YAML file, then `key.path=value` overrides."""
+    tree: dict[str, Any] = {}
+    origins = []
+    for source in (base or {},):
+        tree = _deep_merge(tree, source)
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of sections")
+        tree = _deep_merge(tree, loaded)
+        origins.append(str(path))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        _set_dotted(tree, key.strip(), _parse_value(value))
+        origins.append(f"--set {item}")
+    try:
+        return model.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, tree, ", ".join(origins) or "defaults")) from None
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The resolved config as YAML."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,22 @@
+"""Text environments for LLM agents: the `TokenEnv` contract, registry and checker."""
+
+from agentrl.envs.base import EnvNotResetError, Message, Observation, TokenEnv
+from agentrl.envs.parsing import parse_actions, parse_answer, parse_answer_int, parse_boxed
+from agentrl.envs.registry import EnvSpec, UnknownEnvError, make, register, registry, spec
+
+__all__ = [
+    "EnvNotResetError",
+    "EnvSpec",
+    "Message",
+    "Observation",
+    "TokenEnv",
+    "UnknownEnvError",
+    "make",
+    "parse_actions",
+    "parse_answer",
+    "parse_answer_int",
+    "parse_boxed",
+    "register",
+    "registry",
+    "spec",
+]

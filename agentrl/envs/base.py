@@ -1,0 +1,82 @@
+"""`TokenEnv`: a Gymnasium environment whose observations and actions are text."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypedDict
+
+import gymnasium as gym
+from gymnasium import spaces
+
+
+class Message(TypedDict):
+    """One chat message an env sends to the policy."""
+
+    role: str  # "user" or "tool"
+    content: str
+
+
+Observation = str | list[Message]
+"""A user message as plain text, or a list of chat messages (role `user` or `tool`)."""
+
+MAX_TEXT_CHARS = 1_000_000
+
+
+class EnvNotResetError(RuntimeError):
+    """`step` was called before `reset`."""
+
+
+class TokenEnv(gym.Env):
+    """A text environment for LLM agents.
+
+    Subclasses set `system_prompt` and `max_turns`, call `super().reset(seed=seed)` first in
+    `reset` (this seeds `self.np_random`) and implement `step(action: str)`. A malformed action
+    is an ordinary step (a penalty and feedback text), never an exception. The last step of an
+    episode puts `info["success"]` (bool).
+
+    >>> class Echo(TokenEnv):
+    ...     system_prompt = "Repeat the word."
+    ...     max_turns = 1
+    ...     def reset(self, *, seed=None, options=None):
+    ...         super().reset(seed=seed)
+    ...         self.word = ["cat", "dog"][int(self.np_random.integers(2))]
+    ...         return self.word, {}
+    ...     def step(self, action):
+    ...         self.require_reset()
+    ...         ok = action.strip() == self.word
+    ...         return "done", float(ok), True, False, {"success": ok}
+    >>> env = Echo()
+    >>> obs, _ = env.reset(seed=0)
+    >>> env.step(obs)[1]
+    1.0
+    """
+
+    system_prompt: ClassVar[str] = ""
+    """The system message the rollout puts before the first observation."""
+    max_turns: ClassVar[int] = 10
+    """Turns after which the rollout truncates the episode."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    observation_space = spaces.Text(max_length=MAX_TEXT_CHARS)
+    action_space = spaces.Text(max_length=MAX_TEXT_CHARS)
+
+    _has_reset: bool = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode. Subclasses call this first, then build their state."""
+        super().reset(seed=seed)
+        self._has_reset = True
+        return "", {}
+
+    def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """Apply one text action: `(observation, reward, terminated, truncated, info)`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step(action: str)")
+
+    def require_reset(self) -> None:
+        """Raise a clear error when `step` comes before `reset`."""
+        if not self._has_reset:
+            raise EnvNotResetError(
+                f"{type(self).__name__}.step() was called before reset(); "
+                "call env.reset(seed=...) first."
+            )

@@ -1,0 +1,123 @@
+"""Env registry: `register(name, entry_point, **defaults)` and `make(name, **kwargs)`.
+
+Names come from three places: `register` calls in agentrl and user code, installed
+packages through the entry-point group `agentrl.envs`, and `module.path:Class` strings
+accepted wherever a name is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+from agentrl.envs.base import TokenEnv
+
+ENTRY_POINT_GROUP = "agentrl.envs"
+
+EntryPoint = type[TokenEnv] | Callable[..., TokenEnv] | str
+
+
+@dataclass
+class EnvSpec:
+    """A registered env: how to build it and with which default arguments."""
+
+    name: str
+    entry_point: EntryPoint
+    defaults: dict[str, Any] = field(default_factory=dict)
+    source: str = "agentrl"
+    """Where the registration came from: `agentrl`, a package name, or `user`."""
+
+    @property
+    def description(self) -> str:
+        """First line of the env class's docstring (imports a string entry point)."""
+        target = _resolve(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+        doc = (getattr(target, "__doc__", None) or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+
+class UnknownEnvError(KeyError):
+    """No env is registered under this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_loaded_builtins = False
+
+
+def register(name: str, entry_point: EntryPoint, *, source: str = "user", **defaults: Any) -> None:
+    """Register `entry_point` (a class, a factory or `"module:Class"`) under `name`.
+
+    Keyword arguments become defaults that `make(name, **kwargs)` can override.
+    """
+    if not name or ":" in name:
+        raise ValueError(f"env name {name!r} must be non-empty and contain no ':'")
+    _REGISTRY[name] = EnvSpec(name, entry_point, dict(defaults), source)
+
+
+def _resolve(target: str) -> Any:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"entry point {target!r} must look like 'module.path:ClassName'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"cannot import module {module_name!r} for env {target!r}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _load_builtins() -> None:
+    global _loaded_builtins
+    if _loaded_builtins:
+        return
+    _loaded_builtins = True
+    importlib.import_module("agentrl.envs.builtin")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY:
+            continue
+        dist = ep.dist.name if ep.dist is not None else "entry point"
+        register(ep.name, ep.value, source=dist)
+
+
+def registry() -> dict[str, EnvSpec]:
+    """All known envs by name (built-ins, entry points, user registrations)."""
+    _load_builtins()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def spec(name: str) -> EnvSpec:
+    """The spec for `name`, or a `module.path:Class` string made into one."""
+    if ":" in name:
+        return EnvSpec(name, name, {}, source=name.partition(":")[0])
+    known = registry()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise UnknownEnvError(
+            f"unknown env {name!r}.{hint} Known envs: {', '.join(known) or '(none)'}. "
+            "A class can also be given as 'module.path:ClassName'."
+        )
+    return known[name]
+
+
+def make(name: str, **kwargs: Any) -> TokenEnv:
+    """Build the env registered as `name` (or `module.path:Class`) with `kwargs` over its defaults."""
+    env_spec = spec(name)
+    target = env_spec.entry_point
+    if isinstance(target, str):
+        target = _resolve(target)
+    env = target(**{**env_spec.defaults, **kwargs})
+    if not isinstance(env, TokenEnv):
+        raise TypeError(f"env {name!r} built a {type(env).__name__}, not a TokenEnv subclass")
+    return env
