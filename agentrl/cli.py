@@ -13,6 +13,22 @@ app = typer.Typer(
 )
 
 
+from agentrl.envs._cli import envs_app, play  # noqa: E402 - registered after `app` exists
+
+app.add_typer(envs_app, name="envs")
+app.command("play")(play)
+
+from agentrl.train._cli import register as _register_train  # noqa: E402
+
+_register_train(app)  # train, eval, export, plot
+
+from agentrl.rollout._cli import rollout_cmd  # noqa: E402
+from agentrl.trajectory._cli import view  # noqa: E402
+
+app.command("rollout")(rollout_cmd)
+app.command("view")(view)
+
+
 @app.callback()
 def _root() -> None:
     """Train LLM agents with reinforcement learning on multi-turn tasks."""

@@ -16,6 +16,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrl.algos.config import AlgoConfig
+from agentrl.rollout.config import EngineConfig, RolloutConfig
+from agentrl.train.config import (
+    CheckpointConfig,
+    EvalConfig,
+    LoggingConfig,
+    OptimConfig,
+    RayConfig,
+    TrainerConfig,
+)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
@@ -46,6 +57,24 @@ class TrainConfig(_Section):
     """The environment to train on."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The policy model."""
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """How episodes are rolled out and sampled."""
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    """The inference engine."""
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    """The RL algorithm (see the presets)."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    """AdamW and the learning-rate schedule."""
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """The training loop and its backend."""
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Periodic checkpoints."""
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    """Periodic evaluation on validation seeds."""
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Metrics, TensorBoard, W&B, trajectories, progress bar, collapse warning."""
+    ray: RayConfig = Field(default_factory=RayConfig)
+    """Scale out on Ray."""
     seed: int = 0
     """Seed for torch, numpy and the env seed sequence."""
 

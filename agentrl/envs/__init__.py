@@ -1,10 +1,14 @@
 """Text environments for LLM agents: the `TokenEnv` contract, registry and checker."""
 
 from agentrl.envs.base import EnvNotResetError, Message, Observation, TokenEnv
+from agentrl.envs.check import CheckReport, CheckResult, check_env
 from agentrl.envs.parsing import parse_actions, parse_answer, parse_answer_int, parse_boxed
 from agentrl.envs.registry import EnvSpec, UnknownEnvError, make, register, registry, spec
 
 __all__ = [
+    "CheckReport",
+    "CheckResult",
+    "check_env",
     "EnvNotResetError",
     "EnvSpec",
     "Message",

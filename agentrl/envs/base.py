@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, TypedDict
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 
 
@@ -54,6 +55,9 @@ class TokenEnv(gym.Env):
     """The system message the rollout puts before the first observation."""
     max_turns: ClassVar[int] = 10
     """Turns after which the rollout truncates the episode."""
+    ends_within_max_turns: ClassVar[bool] = True
+    """True if the env itself ends every episode within `max_turns` steps; False documents
+    that it may run longer and relies on the rollout to truncate it (`check_env` reads this)."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
     observation_space = spaces.Text(max_length=MAX_TEXT_CHARS)
@@ -72,6 +76,21 @@ class TokenEnv(gym.Env):
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         """Apply one text action: `(observation, reward, terminated, truncated, info)`."""
         raise NotImplementedError(f"{type(self).__name__} must implement step(action: str)")
+
+    def sample_action(self, rng: np.random.Generator) -> str:
+        """A random action for smoke tests and `check_env`, drawn only from `rng`.
+
+        The default mixes free text with common answer formats; envs override it to return
+        well-formed random actions so random episodes exercise real transitions.
+        """
+        choices = (
+            "<answer>1</answer>",
+            f"<answer>{int(rng.integers(-100, 101))}</answer>",
+            "<answer>Up</answer>",
+            "I am not sure.",
+            r"\boxed{0}",
+        )
+        return choices[int(rng.integers(len(choices)))]
 
     def require_reset(self) -> None:
         """Raise a clear error when `step` comes before `reset`."""

@@ -3,3 +3,44 @@
 from agentrl.envs.registry import register
 
 # Each built-in env module registers lazily by string, so listing envs imports nothing heavy.
+
+register(
+    "guess-number",
+    "agentrl.envs.guess_number:GuessNumber",
+    source="agentrl",
+    summary="Find a hidden integer in 1..100; the env answers higher or lower.",
+)
+register(
+    "sokoban",
+    "agentrl.envs.sokoban.env:SokobanEnv",
+    source="agentrl",
+    summary="Sokoban 6x6, 1 box, 10 actions in up to 5 turns (RAGEN setting).",
+)
+register(
+    "sokoban-8x8-2box",
+    "agentrl.envs.sokoban.env:SokobanEnv",
+    source="agentrl",
+    summary="Sokoban 8x8, 2 boxes, 20 actions in up to 5 turns.",
+    room_size=8,
+    num_boxes=2,
+    max_actions=20,
+)
+register(
+    "sokoban-10x10-3box",
+    "agentrl.envs.sokoban.env:SokobanEnv",
+    source="agentrl",
+    summary="Sokoban 10x10, 3 boxes, 30 actions in up to 8 turns (large room).",
+    room_size=10,
+    num_boxes=3,
+    max_actions=30,
+    max_turns=8,
+    max_actions_per_turn=5,
+)
+register(
+    "sokoban-ragen-6x6",
+    "agentrl.envs.sokoban.env:SokobanEnv",
+    source="agentrl",
+    summary="RAGEN's 512 reference 6x6/1-box rooms (seed k = RAGEN's seed k).",
+    rooms_file="ragen",
+    rooms_set="6x6_1box",
+)

@@ -30,11 +30,19 @@ class EnvSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     source: str = "agentrl"
     """Where the registration came from: `agentrl`, a package name, or `user`."""
+    requires: tuple[str, ...] = ()
+    """Services the env needs at run time, e.g. `("docker",)`; tests skip it only without them."""
+    summary: str = ""
+    """One-line description; when empty, the first docstring line of the entry point."""
 
     @property
     def description(self) -> str:
-        """First line of the env class's docstring (imports a string entry point)."""
-        target = _resolve(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+        """`summary`, else the entry point's first docstring line (imports a string entry point)."""
+        if self.summary:
+            return self.summary
+        target = (
+            _resolve(self.entry_point) if isinstance(self.entry_point, str) else self.entry_point
+        )
         doc = (getattr(target, "__doc__", None) or "").strip()
         return doc.splitlines()[0] if doc else ""
 
@@ -50,14 +58,27 @@ _REGISTRY: dict[str, EnvSpec] = {}
 _loaded_builtins = False
 
 
-def register(name: str, entry_point: EntryPoint, *, source: str = "user", **defaults: Any) -> None:
+def register(
+    name: str,
+    entry_point: EntryPoint,
+    *,
+    source: str = "user",
+    requires: tuple[str, ...] = (),
+    summary: str = "",
+    **defaults: Any,
+) -> None:
     """Register `entry_point` (a class, a factory or `"module:Class"`) under `name`.
 
-    Keyword arguments become defaults that `make(name, **kwargs)` can override.
+    Keyword arguments become defaults that `make(name, **kwargs)` can override. `requires`
+    names services the env needs (`("docker",)`); `summary` is the line `agentrl envs list`
+    shows (without it, listing imports the entry point to read its docstring).
     """
     if not name or ":" in name:
         raise ValueError(f"env name {name!r} must be non-empty and contain no ':'")
-    _REGISTRY[name] = EnvSpec(name, entry_point, dict(defaults), source)
+    if isinstance(requires, str):
+        requires = (requires,)
+    _load_builtins()  # so a user registration made early overrides a built-in, not vice versa
+    _REGISTRY[name] = EnvSpec(name, entry_point, dict(defaults), source, tuple(requires), summary)
 
 
 def _resolve(target: str) -> Any:

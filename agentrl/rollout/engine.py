@@ -20,8 +20,12 @@ class SamplingParams:
     """0 disables top-k."""
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
-    """Generation stops after sampling one of these (it is kept in the output)."""
+    """Generation stops after sampling one of these (it is kept in the output). Empty: the
+    engine's default, the model's eos ids."""
     seed: int | None = None
+    """Seeds this request's sampler: same seed, prompt and weights give the same ids."""
+    ignore_eos: bool = False
+    """Never stop on a stop id; always sample `max_new_tokens` ids (benchmarks)."""
 
 
 @dataclass
@@ -40,8 +44,9 @@ class Completion:
 
     token_ids: list[int]
     logp: list[float]
-    """Logprob of each sampled id under the sampling distribution's model (temperature 1
-    logits of the policy, i.e. log softmax of the raw logits)."""
+    """Logprob of each sampled id under the model's raw distribution: `log_softmax` of the
+    raw logits at temperature 1, before top-k/top-p (vLLM's `logprobs_mode="raw_logprobs"`),
+    whatever sampling settings were used. It is what the trainer computes teacher-forced."""
     finish_reason: str
     """`stop` (a stop id was sampled), `length` (max_new_tokens) or `abort`."""
     weight_version: int

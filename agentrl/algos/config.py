@@ -1,0 +1,124 @@
+"""`AlgoConfig`: which advantage estimator, loss terms and filter a run uses.
+
+Named presets (`agentrl/algos/presets/*.yaml`) fill it in; see `docs/algorithms.md`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl.algos.losses import KLKind, LossAgg
+
+Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae"]
+
+_CRITIC_ESTIMATORS = ("gae", "turn-gae")
+_GROUP_ESTIMATORS = ("grpo", "rloo")
+
+
+class AlgoConfig(BaseModel):
+    """The RL algorithm: advantage estimator, policy/value/KL/entropy loss terms, filter."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    estimator: Estimator = "grpo"
+    """Advantage estimator: `grpo` (group mean/std), `rloo` (leave-one-out), `reinforce++`
+    (returns-to-go whitened over the batch), `gae` (critic; StarPO trajectory-level when
+    `reward_level` is `trajectory`), `turn-gae` (critic; GAE across turns, then in turns)."""
+    reward_level: Literal["trajectory", "turn"] = "trajectory"
+    """`trajectory`: one return per trajectory, the sum of its turn rewards, on its last
+    sampled token (StarPO). `turn`: each turn's reward on that turn's last sampled token.
+    `grpo` and `rloo` need `trajectory`; `turn-gae` needs `turn`."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount per sampled token (`gae`, `reinforce++`; inside a turn for `turn-gae`)."""
+    lam: float = Field(1.0, ge=0.0, le=1.0)
+    """GAE lambda per sampled token (`gae`; inside a turn for `turn-gae`)."""
+    turn_gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount across turns (`turn-gae` only)."""
+    turn_lam: float = Field(1.0, ge=0.0, le=1.0)
+    """GAE lambda across turns (`turn-gae` only)."""
+    scale_by_std: bool = True
+    """GRPO: divide each advantage by its group's reward std (False: mean-centring only)."""
+    reinforce_baseline: bool = True
+    """REINFORCE++: subtract the group mean of the returns before whitening (the
+    `reinforce++-baseline` variant)."""
+    whiten_advantages: bool = False
+    """Whiten the advantages over all trained tokens of the batch after estimation."""
+    clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0)
+    """PPO clip below: the ratio is clipped at `1 - clip_eps_low`."""
+    clip_eps_high: float = Field(0.2, ge=0.0)
+    """PPO clip above: the ratio is clipped at `1 + clip_eps_high` (clip-higher when larger
+    than `clip_eps_low`)."""
+    dual_clip_c: float | None = Field(None, gt=1.0)
+    """Dual clip: for negative advantages the per-token loss is capped at `c * |A|`
+    (None: off)."""
+    loss_agg: LossAgg = "token-mean"
+    """Loss aggregation over the global mini-batch: `token-mean`, `seq-mean-token-mean`
+    or `seq-mean-token-sum`."""
+    kl_coef: float = Field(0.0, ge=0.0)
+    """Weight of the KL to the reference model (0: no reference model is run)."""
+    kl_kind: KLKind = "k3"
+    """KL estimator per token: `k1` (log-ratio), `k2` (half squared log-ratio), `k3`
+    (Schulman's non-negative unbiased estimator)."""
+    kl_in_reward: bool = False
+    """True: subtract `kl_coef * KL` from the token rewards before the advantages.
+    False: add `kl_coef * KL` to the loss."""
+    entropy_coef: float = Field(0.0, ge=0.0)
+    """Weight of the entropy bonus (subtracted from the loss)."""
+    vf_coef: float = Field(1.0, ge=0.0)
+    """Weight of the value loss in the critic's objective."""
+    value_clip_eps: float | None = Field(0.2, ge=0.0)
+    """Value clip around the rollout-time values (None: unclipped value loss)."""
+    filter_keep_ratio: float | None = Field(None, gt=0.0, le=1.0)
+    """StarPO-S filter: keep this fraction of groups with the highest in-group reward std
+    (None: keep every group)."""
+    filter_min_std: float = Field(0.0, ge=0.0)
+    """StarPO-S filter: also drop groups whose reward std is below this (the top group is
+    always kept)."""
+    tis_cap: float | None = Field(2.0, gt=0.0)
+    """Cap on the truncated importance weight `exp(old_logp - sampler_logp)` applied when
+    the sampler's logprobs differ from the trainer's (None: uncapped)."""
+    ppo_epochs: int = Field(1, ge=1)
+    """Passes over each rollout batch."""
+    num_mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> AlgoConfig:
+        if self.estimator in _GROUP_ESTIMATORS and self.reward_level != "trajectory":
+            raise ValueError(
+                f"estimator {self.estimator!r} needs reward_level 'trajectory' "
+                f"(got {self.reward_level!r})"
+            )
+        if self.estimator == "turn-gae" and self.reward_level != "turn":
+            raise ValueError("estimator 'turn-gae' needs reward_level 'turn'")
+        return self
+
+    @property
+    def use_critic(self) -> bool:
+        """A value model is trained (GAE estimators)."""
+        return self.estimator in _CRITIC_ESTIMATORS
+
+    @property
+    def use_reference(self) -> bool:
+        """A frozen reference model is run (the KL term is on)."""
+        return self.kl_coef > 0.0
+
+    @property
+    def use_kl_loss(self) -> bool:
+        """The KL term is added to the loss (not to the rewards)."""
+        return self.use_reference and not self.kl_in_reward
+
+    @property
+    def use_filter(self) -> bool:
+        """The StarPO-S filter drops low-variance groups."""
+        return self.filter_keep_ratio is not None
+
+    @property
+    def needs_groups(self) -> bool:
+        """The estimator or the filter compares trajectories within a group."""
+        group_estimator = self.estimator in _GROUP_ESTIMATORS or (
+            self.estimator == "reinforce++" and self.reinforce_baseline
+        )
+        return group_estimator or self.use_filter

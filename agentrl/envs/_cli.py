@@ -1,0 +1,125 @@
+"""CLI for environments: `agentrl envs list`, `agentrl envs check NAME`, `agentrl play NAME`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+envs_app = typer.Typer(help="List and check the registered environments.", no_args_is_help=True)
+
+
+def parse_env_kwargs(pairs: list[str] | None) -> dict[str, Any]:
+    """Turn `["key=value", ...]` into env kwargs; values parse as YAML (`8`, `true`, `[6, 8]`)."""
+    import yaml
+
+    kwargs: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{pair!r} is not key=value", param_hint="--set")
+        try:
+            kwargs[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            kwargs[key.strip()] = text
+    return kwargs
+
+
+_SET_HELP = "Env constructor argument as key=value (repeatable), e.g. --set num_boxes=2."
+
+
+@envs_app.command("list")
+def list_envs() -> None:
+    """Show every registered env: name, one-line description and where it comes from."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentrl.envs.registry import registry
+
+    table = Table(title="registered envs", title_justify="left")
+    table.add_column("name", style="bold")
+    table.add_column("description", overflow="fold")
+    table.add_column("source")
+    for name, env_spec in registry().items():
+        try:
+            description = env_spec.description
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
+            description = f"[red]cannot import: {e}[/red]"
+        needs = f" (needs {', '.join(env_spec.requires)})" if env_spec.requires else ""
+        table.add_row(name, description + needs, env_spec.source)
+    Console(width=max(100, Console().width)).print(table)
+
+
+@envs_app.command("check")
+def check(
+    name: str = typer.Argument(..., help="Registered env name or module.path:Class."),
+    seed: int = typer.Option(0, help="First seed the checks use."),
+    episodes: int = typer.Option(3, help="Episodes per check (determinism, random play)."),
+    set_: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+) -> None:
+    """Run the TokenEnv contract checks on NAME; exit code 1 if any fails."""
+    from rich.console import Console
+
+    from agentrl.envs.check import check_env
+
+    report = check_env(name, seed=seed, num_episodes=episodes, **parse_env_kwargs(set_))
+    console = Console(width=max(100, Console().width))
+    console.print(report)
+    if not report.ok:
+        console.print(f"[red]{len(report.failures)} check(s) failed[/red]")
+        raise typer.Exit(1)
+    console.print("[green]all checks passed[/green]")
+
+
+def play(
+    name: str = typer.Argument(..., help="Registered env name or module.path:Class."),
+    seed: int = typer.Option(0, help="Seed for reset(): the same seed gives the same episode."),
+    set_: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+    raw: bool = typer.Option(
+        False, help="Send each line exactly as typed (no wrapping of bare answers)."
+    ),
+) -> None:
+    """Play NAME in the terminal, typing actions as the model would.
+
+    Type an action exactly as a model would answer, e.g. `<answer>Up || Left</answer>`.
+    For convenience a line without any `<` is wrapped as `<answer>LINE</answer>` (so `Up`
+    works); pass --raw to send lines untouched. An empty line or end of input quits.
+    Prints the system prompt, each observation, reward and info, and the final success.
+    """
+    from agentrl.envs.registry import make
+
+    try:
+        env = make(name, **parse_env_kwargs(set_))
+    except (KeyError, ImportError, TypeError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="NAME / --set") from e
+    typer.echo(f"== system prompt\n{env.system_prompt}\n")
+    obs, info = env.reset(seed=seed)
+    typer.echo(f"== observation (seed {seed}) info={info}\n{_show(obs)}")
+    total, turn = 0.0, 0
+    while True:
+        typer.echo(f"\n[turn {turn + 1}] your action> ", nl=False)
+        line = sys.stdin.readline()
+        if not line or not line.strip():
+            typer.echo("\nquit: episode not finished.")
+            raise typer.Exit(2)
+        action = line.rstrip("\n")
+        if not raw and "<" not in action:
+            action = f"<answer>{action.strip()}</answer>"
+        obs, reward, terminated, truncated, info = env.step(action)
+        turn += 1
+        total += reward
+        typer.echo(f"reward {reward:+.2f} (total {total:+.2f})  info={info}\n{_show(obs)}")
+        if terminated or truncated:
+            success = bool(info.get("success", False))
+            how = "terminated" if terminated else "truncated"
+            typer.echo(
+                f"\n== episode {how} after {turn} turns: success={success}, return={total:.2f}"
+            )
+            return
+
+
+def _show(obs: Any) -> str:
+    if isinstance(obs, str):
+        return obs
+    return "\n".join(f"[{m['role']}] {m['content']}" for m in obs)

@@ -1,0 +1,354 @@
+"""`check_env`: small named checks of the `TokenEnv` contract, each saying how to fix a failure.
+
+>>> from agentrl.envs.guess_number import GuessNumber
+>>> report = check_env(GuessNumber)
+>>> report.ok
+True
+>>> "determinism" in [r.name for r in report.results]
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentrl.envs.base import EnvNotResetError, TokenEnv
+from agentrl.envs.registry import make
+
+MALFORMED_ACTIONS: dict[str, str] = {
+    "empty": "",
+    "whitespace": " \n\t ",
+    "unicode": "↑ 上 ⬆️ Ünïcödé 🚀 <answer>上</answer>",
+    "control chars": "\x00\x01\x1b[2J\r\x7f<answer>\x00</answer>",
+    "unclosed tag": "<answer>Up",
+    "nested tags": "<answer><answer>1</answer></answer>",
+    "boxed": r"The result is \boxed{\frac{1}{2}}.",
+    "tool call": '<tool_call>{"name": "search", "arguments": {"q": 1}}</tool_call>',
+    "code block": "```python\nimport os\nprint(1)\n```",
+    "json": '{"action": "up", "value": [1, 2, null]}',
+    "huge number": "<answer>" + "9" * 400 + "</answer>",
+}
+"""Named malformed actions every env must treat as an ordinary step."""
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one named check."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+    """What was seen (on failure: what went wrong)."""
+    fix: str = ""
+    """On failure: how to fix it."""
+
+
+@dataclass
+class CheckReport:
+    """All check results for one env; renders as a rich table."""
+
+    env: str
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return all(r.passed for r in self.results)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        """The checks that failed."""
+        return [r for r in self.results if not r.passed]
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        lines = [f"check_env({self.env}): {'ok' if self.ok else 'FAILED'}"]
+        for r in self.results:
+            lines.append(f"  [{'ok' if r.passed else 'FAIL'}] {r.name}: {r.detail}")
+            if not r.passed and r.fix:
+                lines.append(f"         fix: {r.fix}")
+        return "\n".join(lines)
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"check_env: {self.env}", title_justify="left")
+        table.add_column("check")
+        table.add_column("result")
+        table.add_column("detail / how to fix", overflow="fold")
+        for r in self.results:
+            mark = "[green]ok[/green]" if r.passed else "[red]FAIL[/red]"
+            text = r.detail if r.passed else f"{r.detail}\n[yellow]fix:[/yellow] {r.fix}"
+            table.add_row(r.name, mark, text)
+        return table
+
+
+class _CheckFailed(Exception):
+    def __init__(self, detail: str, fix: str) -> None:
+        super().__init__(detail)
+        self.detail, self.fix = detail, fix
+
+
+def _fmt_exc(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:300]
+
+
+def _check_observation(obs: Any, where: str) -> None:
+    fix = "return a str, or a list of {'role': 'user' | 'tool', 'content': str} dicts"
+    if isinstance(obs, str):
+        return
+    if not isinstance(obs, list) or not obs:
+        raise _CheckFailed(f"{where} returned observation of type {type(obs).__name__}", fix)
+    for m in obs:
+        if not isinstance(m, dict) or set(m) - {"role", "content", "name", "tool_call_id"}:
+            raise _CheckFailed(f"{where} returned message {m!r:.100}", fix)
+        if m.get("role") not in ("user", "tool") or not isinstance(m.get("content"), str):
+            raise _CheckFailed(f"{where} returned message {m!r:.100}", fix)
+
+
+def _check_step(out: Any, where: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    if not isinstance(out, tuple) or len(out) != 5:
+        raise _CheckFailed(
+            f"{where} returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}",
+            "return (observation, reward, terminated, truncated, info)",
+        )
+    obs, reward, terminated, truncated, info = out
+    _check_observation(obs, where)
+    if isinstance(reward, bool) or not isinstance(reward, float) or not math.isfinite(reward):
+        raise _CheckFailed(
+            f"{where} returned reward {reward!r} ({type(reward).__name__})",
+            "return a finite Python float, e.g. float(reward)",
+        )
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise _CheckFailed(
+            f"{where} returned terminated={terminated!r}, truncated={truncated!r}",
+            "return Python bools (bool(x)), not numpy bools or ints",
+        )
+    if not isinstance(info, dict):
+        raise _CheckFailed(f"{where} returned info of type {type(info).__name__}", "return a dict")
+    if (terminated or truncated) and not isinstance(info.get("success"), bool):
+        raise _CheckFailed(
+            f"{where} ended the episode with info['success']={info.get('success')!r}",
+            "put info['success'] = bool(...) on the last step of every episode",
+        )
+    return obs, reward, terminated, truncated, info
+
+
+def _check_reset(out: Any, where: str) -> tuple[Any, dict[str, Any]]:
+    if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], dict):
+        raise _CheckFailed(f"{where} returned {out!r:.100}", "return (observation, info_dict)")
+    _check_observation(out[0], where)
+    return out
+
+
+def _episode(
+    env: TokenEnv, seed: int, actions: Callable[[int], str], max_steps: int
+) -> list[tuple[Any, ...]]:
+    """Run one episode; the list of (observation, reward, terminated, truncated, info)."""
+    obs, info = _check_reset(env.reset(seed=seed), f"reset(seed={seed})")
+    trace: list[tuple[Any, ...]] = [(obs, info)]
+    for t in range(max_steps):
+        out = _check_step(env.step(actions(t)), f"step {t + 1} of the episode with seed {seed}")
+        trace.append(out)
+        if out[2] or out[3]:
+            break
+    return trace
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. numpy arrays inside info
+        return repr(a) == repr(b)
+
+
+def check_env(
+    env_or_name: TokenEnv | str | Callable[[], TokenEnv],
+    *,
+    seed: int = 0,
+    num_episodes: int = 3,
+    **kwargs: Any,
+) -> CheckReport:
+    """Run the contract checks on an env (instance, registered name, class or factory).
+
+    With a name, class or factory, fresh envs are built (`kwargs` go to the constructor), so
+    `step` before `reset` is checked too; with an instance that was already reset, that check
+    is reported as skipped-but-passed. Nothing raises: every problem lands in the report.
+    """
+    if isinstance(env_or_name, TokenEnv):
+        instance = env_or_name
+        label = type(instance).__name__
+
+        def build() -> TokenEnv:
+            return instance
+
+    else:
+        if isinstance(env_or_name, str):
+            label = env_or_name
+
+            def build() -> TokenEnv:
+                return make(env_or_name, **kwargs)
+
+        else:
+            label = getattr(env_or_name, "__name__", repr(env_or_name))
+
+            def build() -> TokenEnv:
+                return env_or_name(**kwargs)
+
+    report = CheckReport(label)
+
+    def run(name: str, fn: Callable[[], str]) -> None:
+        try:
+            report.results.append(CheckResult(name, True, fn()))
+        except _CheckFailed as e:
+            report.results.append(CheckResult(name, False, e.detail, e.fix))
+        except Exception as e:  # noqa: BLE001 - an env bug is a failed check, not a crash
+            report.results.append(
+                CheckResult(
+                    name,
+                    False,
+                    f"raised {_fmt_exc(e)}",
+                    "see the traceback; envs must not raise here",
+                )
+            )
+
+    try:
+        env = build()
+    except Exception as e:  # noqa: BLE001
+        report.results.append(
+            CheckResult(
+                "construct",
+                False,
+                f"raised {_fmt_exc(e)}",
+                "make the env constructible with its defaults",
+            )
+        )
+        return report
+    report.results.append(CheckResult("construct", True, type(env).__name__))
+
+    def step_before_reset() -> str:
+        if env._has_reset:
+            return "skipped: the instance given was already reset"
+        try:
+            env.step("<answer>1</answer>")
+        except EnvNotResetError:
+            return "raises EnvNotResetError"
+        except Exception as e:  # noqa: BLE001
+            raise _CheckFailed(
+                f"raised {_fmt_exc(e)}", "call self.require_reset() first in step()"
+            ) from None
+        raise _CheckFailed(
+            "step() before reset() returned normally", "call self.require_reset() first in step()"
+        )
+
+    def system_prompt() -> str:
+        prompt = env.system_prompt
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise _CheckFailed(
+                f"system_prompt is {prompt!r:.60}",
+                "set the class attribute system_prompt to a non-empty str",
+            )
+        return f"{len(prompt)} chars"
+
+    def max_turns() -> str:
+        n = env.max_turns
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise _CheckFailed(f"max_turns is {n!r}", "set max_turns to a positive int")
+        return str(n)
+
+    max_steps = max(int(env.max_turns) if isinstance(env.max_turns, int) else 10, 1)
+    rng_seed = np.random.SeedSequence(seed).generate_state(1)[0]
+
+    def policy(episode: int) -> Callable[[int], str]:
+        rng = np.random.default_rng([int(rng_seed), episode])
+        actions: list[str] = []
+
+        def act(t: int) -> str:
+            while len(actions) <= t:
+                actions.append(env.sample_action(rng))
+            return actions[t]
+
+        return act
+
+    def determinism() -> str:
+        for ep in range(num_episodes):
+            act = policy(ep)
+            a = _episode(env, seed + ep, act, max_steps)
+            b = _episode(env, seed + ep, act, max_steps)
+            if len(a) != len(b):
+                raise _CheckFailed(
+                    f"seed {seed + ep}: episode lengths {len(a) - 1} and {len(b) - 1} steps",
+                    "draw randomness only from self.np_random and reset all state in reset()",
+                )
+            for t, (x, y) in enumerate(zip(a, b, strict=True)):
+                for part, u, v in zip(
+                    ("observation", "reward", "terminated", "truncated", "info"), x, y, strict=False
+                ):
+                    if t == 0 and part == "reward":
+                        part = "info"  # reset's second element
+                    if not _same(u, v):
+                        raise _CheckFailed(
+                            f"seed {seed + ep}, step {t}: {part} differs: {u!r:.80} vs {v!r:.80}",
+                            "draw randomness only from self.np_random and reset all state in reset()",
+                        )
+        return f"{num_episodes} episodes replayed identically"
+
+    def random_episode_ends() -> str:
+        lengths = []
+        for ep in range(num_episodes):
+            trace = _episode(env, seed + 100 + ep, policy(100 + ep), max_steps)
+            last = trace[-1]
+            ended = len(trace) > 1 and (last[2] or last[3])
+            if not ended and env.ends_within_max_turns:
+                raise _CheckFailed(
+                    f"seed {seed + 100 + ep}: no end after max_turns={max_steps} random steps",
+                    "truncate the episode at max_turns (truncated=True) or set "
+                    "ends_within_max_turns = False to leave it to the rollout",
+                )
+            lengths.append(len(trace) - 1)
+        note = "" if env.ends_within_max_turns else " (the rollout truncates at max_turns)"
+        return f"episode lengths {lengths}{note}"
+
+    def malformed_actions() -> str:
+        rng = np.random.default_rng(seed)
+        printable = np.frombuffer(bytes(range(32, 127)), dtype=np.uint8)
+        actions = dict(MALFORMED_ACTIONS)
+        actions["10,000 random chars"] = rng.choice(printable, size=10_000).tobytes().decode()
+        actions["10,000 random code points"] = "".join(
+            chr(int(c)) for c in rng.integers(1, 0xD7FF, size=10_000)
+        )
+        ended = True
+        for label_, action in actions.items():
+            if ended:
+                _check_reset(env.reset(seed=seed), f"reset(seed={seed})")
+            try:
+                out = env.step(action)
+            except Exception as e:  # noqa: BLE001
+                raise _CheckFailed(
+                    f"step({label_} action) raised {_fmt_exc(e)}",
+                    "treat malformed text as an ordinary step: penalty reward + feedback text",
+                ) from None
+            ended = _check_step(out, f"step({label_} action)")[2] or out[3]
+        return f"{len(actions)} malformed actions handled"
+
+    def rewards_and_types() -> str:
+        total = 0
+        for ep in range(num_episodes):
+            total += len(_episode(env, seed + 200 + ep, policy(200 + ep), max_steps)) - 1
+        return f"{total} steps: finite float rewards, bool flags, valid observations"
+
+    run("step before reset", step_before_reset)
+    run("system_prompt", system_prompt)
+    run("max_turns", max_turns)
+    run("determinism", determinism)
+    run("malformed actions", malformed_actions)
+    run("rewards and types", rewards_and_types)
+    run("random episode ends", random_episode_ends)
+    return report

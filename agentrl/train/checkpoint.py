@@ -1,0 +1,169 @@
+"""Checkpoints under `<run>/checkpoints/step-NNNNNN`, written atomically, last k kept.
+
+A checkpoint holds the policy (Hugging Face format under `policy/model`, with the tokenizer,
+so `agentrl export` and `from_pretrained` load it unchanged), optimizer and scheduler states,
+the critic when there is one, the RNG states (python, numpy, torch) and `trainer_state.json`
+(step, env seed cursor, weight version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_DIR = "checkpoints"
+_NAME = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class TrainerState:
+    """Where the run is: everything besides weights and optimizer that a resume needs."""
+
+    step: int = 0
+    """Completed training steps."""
+    seed_cursor: int = 0
+    """Env seeds used so far; the next step's groups start here."""
+    weight_version: int = 0
+    """Version of the policy weights the engines hold."""
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    """Folder of the checkpoint after `step` steps."""
+    return Path(run_dir) / CHECKPOINT_DIR / f"step-{step:06d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (temp folders are ignored)."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+    """Python, numpy and torch RNG states (and `generator`'s)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if generator is not None:
+        state["generator"] = generator.get_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
+    """Restore what `rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if generator is not None and "generator" in state:
+        generator.set_state(state["generator"])
+
+
+def save_checkpoint(
+    run_dir: Path,
+    state: TrainerState,
+    *,
+    policy: Any,
+    critic: Any | None = None,
+    tokenizer: Any | None = None,
+    generator: torch.Generator | None = None,
+    keep_last: int = 2,
+    save_optimizer: bool = True,
+    rank: int = 0,
+) -> Path:
+    """Write a checkpoint into a temp folder, then rename it to `step-N`; prune old ones.
+
+    `policy` and `critic` are backends (`save(path)`); every rank calls this, rank 0 writes
+    the shared files and does the rename.
+    """
+    final = checkpoint_path(run_dir, state.step)
+    tmp = final.parent / f".tmp-{final.name}"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    policy.save(tmp / "policy")
+    if critic is not None:
+        critic.save(tmp / "critic")
+    if rank != 0:
+        return final
+    if not save_optimizer:
+        for part in ("policy", "critic"):
+            for name in ("optimizer.pt", "scheduler.pt"):
+                (tmp / part / name).unlink(missing_ok=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "policy" / "model")
+    torch.save(rng_state(generator), tmp / "rng.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(asdict(state), indent=2))
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(
+    path: Path,
+    *,
+    policy: Any,
+    critic: Any | None = None,
+    generator: torch.Generator | None = None,
+) -> TrainerState:
+    """Restore backends and RNG states from checkpoint `path`; return the trainer state."""
+    path = Path(path)
+    policy.load(path / "policy")
+    if critic is not None:
+        if not (path / "critic").is_dir():
+            raise FileNotFoundError(f"{path} has no critic/ but this run uses a critic")
+        critic.load(path / "critic")
+    set_rng_state(torch.load(path / "rng.pt", weights_only=False), generator)
+    return TrainerState(**json.loads((path / "trainer_state.json").read_text()))
+
+
+def model_dir(path: Path) -> Path:
+    """The Hugging Face model folder inside a checkpoint, run dir, or model folder `path`."""
+    path = Path(path)
+    if (path / CHECKPOINT_DIR).is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise FileNotFoundError(f"run {path} has no checkpoint yet")
+        path = latest
+    if (path / "policy" / "model").is_dir():
+        return path / "policy" / "model"
+    if (path / "config.json").is_file():
+        return path
+    raise FileNotFoundError(f"{path} is neither a run, a checkpoint nor a model folder")
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush every file under `path` to disk before the rename makes it visible."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

@@ -1,0 +1,150 @@
+"""Config sections of the trainer: optimizer, loop, backend, checkpoints, evaluation, logging.
+
+Each is one pydantic model nested into `agentrl.config.TrainConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
+    )
+
+
+class OptimConfig(_Section):
+    """AdamW and its learning-rate schedule (policy and critic)."""
+
+    lr: float = Field(default=1e-5, gt=0)
+    """Policy learning rate after warmup."""
+    critic_lr: float = Field(default=1e-4, gt=0)
+    """Critic (value model) learning rate after warmup."""
+    weight_decay: float = Field(default=0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW beta1, beta2."""
+    eps: float = Field(default=1e-8, gt=0)
+    """AdamW epsilon."""
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    """Gradients are clipped to this global L2 norm before each optimizer step."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Optimizer steps of linear warmup from 0 to `lr`."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """LR after warmup: constant, linear decay or cosine decay to `min_lr_ratio * lr`."""
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
+    """Final LR as a fraction of `lr` for the linear and cosine schedules."""
+
+
+class LoraConfig(_Section):
+    """Low-rank adapters through `peft` (installed separately: `pip install agentrl[peft]`)."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of all weights."""
+    r: int = Field(default=16, gt=0)
+    """Adapter rank."""
+    alpha: int = Field(default=32, gt=0)
+    """LoRA scaling numerator (scale = alpha / r)."""
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the adapter input."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names that get adapters."""
+
+
+class TrainerConfig(_Section):
+    """The training loop: how much data per step and how it is turned into updates."""
+
+    num_steps: int = Field(default=20, gt=0)
+    """Training steps (rollout + update) in the run."""
+    num_groups: int = Field(default=4, gt=0)
+    """Initial states (env seeds) per step; each is rolled out `rollout.group_size` times."""
+    micro_batch_tokens: int = Field(default=4096, gt=0)
+    """Token budget (padded B x T) of one forward/backward; gradients accumulate over these."""
+    backend: Literal["local", "fsdp2", "deepspeed"] = "local"
+    """Training backend: one process, FSDP2 (torchrun / Ray) or DeepSpeed ZeRO."""
+    zero_stage: Literal[2, 3] = 2
+    """DeepSpeed ZeRO stage (backend `deepspeed` only)."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Trainer device; `auto` is cuda when available."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    """Optional LoRA adapters."""
+    async_rollout: bool = False
+    """Overlap the rollout of step t+1 with the update of step t (staleness <= 1, corrected
+    with sampler logprobs)."""
+    weight_sync_timeout_s: float = Field(default=300.0, gt=0)
+    """Seconds an engine may take to load new weights before the run fails."""
+    num_threads: int = Field(default=0, ge=0)
+    """torch intra-op threads on CPU; 0 keeps torch's default."""
+
+
+class CheckpointConfig(_Section):
+    """Periodic checkpoints under `<run>/checkpoints/step-N`."""
+
+    every: int = Field(default=10, ge=0)
+    """Write a checkpoint every this many steps (and at the end); 0 only at the end."""
+    keep_last: int = Field(default=2, gt=0)
+    """Checkpoints kept; older ones are deleted after a new one is written."""
+    save_optimizer: bool = True
+    """Also save optimizer and scheduler state (needed for an exact resume)."""
+
+
+class EvalConfig(_Section):
+    """Periodic evaluation on fixed validation seeds."""
+
+    every: int = Field(default=0, ge=0)
+    """Evaluate every this many steps; 0 disables periodic evaluation."""
+    num_episodes: int = Field(default=16, gt=0)
+    """Validation episodes (one per seed)."""
+    temperature: float = Field(default=0.5, ge=0)
+    """Sampling temperature during evaluation."""
+    seed_offset: int = Field(default=1_000_000, ge=0)
+    """Validation seeds are `seed_offset + i`; training seeds stay below it (disjoint)."""
+
+
+class CollapseConfig(_Section):
+    """Early warning of the "Echo Trap": in-group reward std and entropy fall, then the grad
+    norm spikes. Each signal compares the latest step with the mean of the earlier window."""
+
+    enabled: bool = True
+    """Emit the `collapse_warning` metric and a warning line."""
+    window: int = Field(default=5, gt=1)
+    """Steps of history the latest step is compared with."""
+    reward_std_drop: float = Field(default=0.5, gt=0, le=1)
+    """Signal when the in-group reward std falls below this fraction of the window mean."""
+    entropy_drop: float = Field(default=0.5, gt=0, le=1)
+    """Signal when the entropy falls below this fraction of the window mean."""
+    grad_norm_spike: float = Field(default=3.0, gt=1)
+    """Signal when the grad norm exceeds this multiple of the window mean."""
+    min_signals: int = Field(default=2, ge=1, le=3)
+    """Signals that must fire together to raise the warning."""
+
+
+class LoggingConfig(_Section):
+    """Where metrics and trajectories go."""
+
+    tensorboard: bool = True
+    """Write TensorBoard events under `<run>/tensorboard`."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `wandb` installed and logged in)."""
+    wandb_project: str = "agentrl"
+    """W&B project name."""
+    save_trajectories: int = Field(default=4, ge=0)
+    """Trajectories per step written under `<run>/trajectories`; 0 disables."""
+    progress: bool = True
+    """Show a rich progress bar."""
+    collapse: CollapseConfig = Field(default_factory=CollapseConfig)
+    """Collapse early-warning thresholds."""
+
+
+class RayConfig(_Section):
+    """The Ray cluster used when `engine.ray` is set (`--ray`)."""
+
+    address: str | None = None
+    """Ray cluster address (`auto`, `ray://host:port`); None starts a local cluster."""

@@ -1,0 +1,153 @@
+"""Per-step metrics: `<run>/metrics.jsonl`, TensorBoard, optional W&B, collapse warning."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl.train.config import CollapseConfig, LoggingConfig
+from agentrl.trajectory.types import Trajectory
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def trajectory_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Reward, success, length and status counts over a step's trajectories."""
+    if not trajectories:
+        return {}
+    rewards = np.array([t.total_reward for t in trajectories], dtype=np.float64)
+    trainable = [t for t in trajectories if t.status.trainable]
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "reward/max": float(rewards.max()),
+        "reward/min": float(rewards.min()),
+        "success_rate": float(np.mean([t.success for t in trajectories])),
+        "episode/num_turns": float(np.mean([t.num_turns for t in trajectories])),
+        "episode/sampled_tokens": float(np.mean([t.num_sampled_tokens for t in trajectories])),
+        "episode/truncated_frac": float(np.mean([t.status == "truncated" for t in trajectories])),
+        "episode/error_frac": 1.0 - len(trainable) / len(trajectories),
+    }
+
+
+def in_group_reward_std(returns: Sequence[float], group_ids: Sequence[int]) -> float:
+    """Mean over groups of the reward std inside each group (0 when every group agrees)."""
+    groups: dict[int, list[float]] = {}
+    for r, g in zip(returns, group_ids, strict=True):
+        groups.setdefault(int(g), []).append(float(r))
+    if not groups:
+        return 0.0
+    return float(np.mean([np.std(v) for v in groups.values()]))
+
+
+class CollapseDetector:
+    """The "Echo Trap" early warning: in-group reward std and entropy fall, grad norm spikes.
+
+    Each signal compares the latest value with the mean of the previous `window` steps; the
+    warning fires when at least `min_signals` signals fire together.
+
+    >>> d = CollapseDetector(CollapseConfig(window=2, min_signals=2))
+    >>> [d.update(reward_std=1.0, entropy=2.0, grad_norm=1.0)[0] for _ in range(2)]
+    [False, False]
+    >>> d.update(reward_std=0.1, entropy=0.5, grad_norm=1.0)
+    (True, ['reward_std', 'entropy'])
+    """
+
+    def __init__(self, cfg: CollapseConfig) -> None:
+        self.cfg = cfg
+        self.history: dict[str, deque[float]] = {
+            k: deque(maxlen=cfg.window) for k in ("reward_std", "entropy", "grad_norm")
+        }
+
+    def update(self, *, reward_std: float, entropy: float, grad_norm: float) -> tuple[bool, list[str]]:
+        """Add one step; return (warning, names of the signals that fired)."""
+        latest = {"reward_std": reward_std, "entropy": entropy, "grad_norm": grad_norm}
+        fired = []
+        if all(len(h) == self.cfg.window for h in self.history.values()):
+            mean = {k: float(np.mean(h)) for k, h in self.history.items()}
+            if mean["reward_std"] > 0 and reward_std < self.cfg.reward_std_drop * mean["reward_std"]:
+                fired.append("reward_std")
+            if mean["entropy"] > 0 and entropy < self.cfg.entropy_drop * mean["entropy"]:
+                fired.append("entropy")
+            if mean["grad_norm"] > 0 and grad_norm > self.cfg.grad_norm_spike * mean["grad_norm"]:
+                fired.append("grad_norm")
+        for k, v in latest.items():
+            if math.isfinite(v):
+                self.history[k].append(v)
+        return self.cfg.enabled and len(fired) >= self.cfg.min_signals, fired
+
+
+class MetricsLogger:
+    """Writes one JSON line per step, TensorBoard scalars and (optionally) W&B."""
+
+    def __init__(
+        self, run_dir: Path, cfg: LoggingConfig, *, run_name: str, config: Mapping[str, Any]
+    ) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tb = None
+        self._wandb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        if cfg.wandb:
+            try:
+                import wandb
+            except ImportError as e:
+                raise RuntimeError("logging.wandb=true needs wandb: pip install wandb") from e
+            self._wandb = wandb.init(
+                project=cfg.wandb_project, name=run_name, config=dict(config), dir=str(run_dir)
+            )
+
+    def truncate_after(self, step: int) -> None:
+        """Drop lines of steps after `step` (written before a crash, redone on resume)."""
+        if not self.path.is_file():
+            return
+        kept = [line for line in self.path.read_text().splitlines() if line.strip()]
+        kept = [line for line in kept if json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Append `metrics` for `step` everywhere."""
+        record = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, int | float):
+                    self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        """Flush and close the writers."""
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All records of a run's `metrics.jsonl`."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist (is {run_dir} a run directory?)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _plain(value: Any) -> Any:
+    """Numbers as JSON-friendly floats (NaN/inf stay readable as strings)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float | np.floating | np.integer):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    return value

@@ -1,0 +1,50 @@
+"""AdamW and the learning-rate schedule, shared by every backend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+from agentrl.train.config import OptimConfig
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], cfg: OptimConfig, *, lr: float
+) -> torch.optim.AdamW:
+    """AdamW over the parameters that require grad (foreach kernels, no fused CPU path)."""
+    trainable = [p for p in params if p.requires_grad]
+    return torch.optim.AdamW(
+        trainable, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
+
+
+def lr_factor(step: int, cfg: OptimConfig, num_optimizer_steps: int) -> float:
+    """Multiplier of the base LR at optimizer step `step` (0-based): linear warmup, then
+    constant, linear or cosine decay to `min_lr_ratio`.
+
+    >>> cfg = OptimConfig(warmup_steps=2, schedule="linear", min_lr_ratio=0.0)
+    >>> [round(lr_factor(s, cfg, 6), 2) for s in range(6)]
+    [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    """
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    decay_steps = max(1, num_optimizer_steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
+    if cfg.schedule == "linear":
+        shape = 1.0 - progress
+    else:
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: OptimConfig, num_optimizer_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR following `lr_factor`."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, cfg, num_optimizer_steps)
+    )

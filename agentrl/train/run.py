@@ -1,0 +1,61 @@
+"""`run_training`: the whole run with a progress bar (what `agentrl train` calls)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+log = logging.getLogger("agentrl.train")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]}  success {task.fields[success]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def run_training(cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any | None = None) -> None:
+    """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
+    from agentrl.train.trainer import Trainer
+
+    console = Console(stderr=True)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=console, show_path=False)])
+    trainer = Trainer(cfg, run_dir, resume=resume, engine=engine)
+    total = cfg.trainer.num_steps
+    if trainer.resumed_from is not None:
+        log.info("resumed from %s (step %d)", trainer.resumed_from, trainer.state.step)
+    log.info("run dir %s: %d steps of %s on %s", run_dir, total, cfg.model.name, cfg.env.name)
+    try:
+        if cfg.logging.progress:
+            with _progress(console) as bar:
+                task = bar.add_task("train", total=total, completed=trainer.state.step, reward="-", success="-")
+                while trainer.state.step < total:
+                    metrics = trainer.train_step()
+                    bar.update(
+                        task, completed=trainer.state.step,
+                        reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
+                        success=f"{metrics.get('success_rate', float('nan')):.2f}",
+                    )
+        else:
+            while trainer.state.step < total:
+                metrics = trainer.train_step()
+                log.info(
+                    "step %d/%d reward %.3f success %.2f (%.1f s)", trainer.state.step, total,
+                    metrics.get("reward/mean", float("nan")), metrics.get("success_rate", float("nan")),
+                    metrics.get("time/step", 0.0),
+                )
+    finally:
+        trainer.close()
+    log.info("done: metrics in %s, checkpoints in %s", run_dir / "metrics.jsonl", run_dir / "checkpoints")

@@ -1,0 +1,498 @@
+"""The training loop: rollout -> filter -> score -> advantages -> update -> sync -> metrics.
+
+`Trainer.train_step` reads like the algorithm; each stage is a method (or a pure function
+in `agentrl.algos`) that can be tested on its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.algos.estimate import compute_advantages
+from agentrl.algos.filters import filter_stats, starpo_s_filter
+from agentrl.algos.losses import (
+    aggregate,
+    count_tokens_and_seqs,
+    entropy_from_logits,
+    kl_loss,
+    kl_penalty,
+    policy_loss,
+    value_loss,
+)
+from agentrl.config import TrainConfig
+from agentrl.rollout.loop import RolloutResult, rollout
+from agentrl.train.backend import make_backend, resolve_device
+from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
+from agentrl.train.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.train.critic import build_critic, token_values
+from agentrl.train.engines import SeededEngine, build_engine
+from agentrl.train.metrics import CollapseDetector, MetricsLogger, trajectory_stats
+from agentrl.trajectory.types import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class StageTimer:
+    """Wall-clock seconds per named stage: `with timer("update"): ...`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def token_logprobs(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(logp, logits)`: logprob of each id given the ids before it, `[B, T]` (column 0 is 0),
+    and the logits that predicted ids 1..T-1, `[B, T-1, V]`."""
+    from agentrl.algos.losses import token_logprobs_from_logits
+
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits[:, :-1]
+    logp = token_logprobs_from_logits(logits, batch.input_ids[:, 1:])
+    return torch.nn.functional.pad(logp, (1, 0)), logits
+
+
+def _pad_left_column(x: torch.Tensor) -> torch.Tensor:
+    """[B, T-1] -> [B, T] with a zero first column (aligned with `token_logprobs`)."""
+    return torch.nn.functional.pad(x, (1, 0))
+
+
+def _weighted_mean(records: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Mean of each stat over micro-batches, weighted by their trained tokens."""
+    total = sum(w for w, _ in records) or 1.0
+    keys = {k for _, r in records for k in r}
+    return {k: sum(w * r.get(k, 0.0) for w, r in records) / total for k in keys}
+
+
+class Trainer:
+    """Owns the policy (and critic, reference, engine) of one run and steps it.
+
+    Build it with a resolved `TrainConfig` and a run directory; `train()` runs the remaining
+    steps, `train_step()` runs one. With `resume=True` the latest checkpoint in `run_dir` is
+    restored (weights, optimizer, scheduler, RNG, step, env seed cursor).
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        *,
+        resume: bool = False,
+        engine: Any | None = None,
+    ) -> None:
+        from agentrl.envs import make
+        from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        if cfg.trainer.num_threads:
+            torch.set_num_threads(cfg.trainer.num_threads)
+        _seed_everything(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        """Shuffles mini-batches; saved in checkpoints."""
+
+        self.model_path = resolve_model(cfg.model.name)
+        self.tokenizer = load_tokenizer(str(self.model_path))
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id or 0
+        device = resolve_device(cfg.trainer.device)
+        algo = cfg.algo
+
+        policy_model = load_model(str(self.model_path), dtype="float32")
+        critic_model = build_critic(policy_model) if algo.use_critic else None
+        num_optimizer_steps = cfg.trainer.num_steps * algo.ppo_epochs * algo.num_mini_batches
+        self.policy = make_backend(
+            cfg, policy_model, lr=cfg.optim.lr, num_optimizer_steps=num_optimizer_steps
+        )
+        self.critic = (
+            make_backend(
+                cfg, critic_model, lr=cfg.optim.critic_lr,
+                num_optimizer_steps=num_optimizer_steps, role="critic",
+            )
+            if critic_model is not None
+            else None
+        )
+        self.reference = None
+        if algo.use_reference:
+            self.reference = load_model(str(self.model_path), dtype=cfg.model.dtype, device=device)
+            self.reference.requires_grad_(False)
+
+        self.env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
+        self.state = TrainerState()
+        self.resumed_from: Path | None = None
+        if resume:
+            checkpoint = latest_checkpoint(self.run_dir)
+            if checkpoint is None:
+                raise FileNotFoundError(f"--resume: {self.run_dir} has no checkpoint to resume from")
+            self.state = load_checkpoint(
+                checkpoint, policy=self.policy, critic=self.critic, generator=self.generator
+            )
+            self.resumed_from = checkpoint
+        self.engine = SeededEngine(engine if engine is not None else build_engine(cfg, self.model_path))
+        self._synced_step = self.state.step
+        if resume:
+            self.sync_weights(force=True)
+        self.logger = MetricsLogger(
+            self.run_dir, cfg.logging, run_name=self.run_dir.name, config=cfg.model_dump(mode="json")
+        )
+        if resume:
+            self.logger.truncate_after(self.state.step)
+        self.collapse = CollapseDetector(cfg.logging.collapse)
+        self._pending: concurrent.futures.Future[RolloutResult] | None = None
+        self._prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout")
+
+    # -- the step -----------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        """One training step; returns (and logs) its metrics."""
+        algo = self.cfg.algo
+        timer = StageTimer()
+        step = self.state.step + 1
+        with timer("rollout"):
+            result = self.next_rollout(step)
+        trajs = result.trajectories
+        self.save_trajectories(step, trajs)
+        metrics = trajectory_stats(trajs) | result.metrics
+        trainable = [t for t in trajs if t.status.trainable]
+        if trainable:
+            keep, filter_metrics = self.filter(trainable)
+            batch = to_batch([t for t, k in zip(trainable, keep, strict=True) if k], pad_id=self.pad_id)
+            with timer("score"):
+                metrics |= self.score(batch)  # old_logp, ref_logp, old_values
+            batch.advantages, batch.value_targets = self.advantages(batch)  # [B, T]
+            with timer("update"):
+                metrics |= self.update(batch)
+            metrics |= filter_metrics
+            num_train_tokens = int(batch.attention_mask.sum()) * algo.ppo_epochs
+        else:
+            log.warning("step %d: no trainable trajectory (all env/engine errors); no update", step)
+            num_train_tokens = 0
+        unchanged = self._synced_step == self.state.step and not trainable
+        self.state = replace(self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups)
+        if unchanged:  # no update: the engine's weights are still current
+            self._synced_step = step
+        if not self.cfg.trainer.async_rollout:
+            with timer("sync"):
+                self.sync_weights()
+        metrics |= self._throughput(timer, trajs, num_train_tokens)
+        metrics |= self._collapse_check(step, metrics)
+        if self.cfg.eval.every and step % self.cfg.eval.every == 0:
+            with timer("eval"):
+                metrics |= self.evaluate()
+        every = self.cfg.checkpoint.every
+        if (every and step % every == 0) or step == self.cfg.trainer.num_steps:
+            with timer("checkpoint"):
+                self.save_checkpoint()
+        metrics |= {f"time/{k}": v for k, v in timer.seconds.items()}
+        metrics["time/step"] = sum(timer.seconds.values())
+        metrics["weight_version"] = float(self.state.weight_version)
+        self.logger.log(step, metrics)
+        return metrics
+
+    # -- stages -------------------------------------------------------------------------------
+    def train_seeds(self, step: int) -> list[int]:
+        """Env seeds of step `step` (1-based): disjoint from the validation seeds."""
+        n = self.cfg.trainer.num_groups
+        base = self.cfg.seed * 7919 + (step - 1) * n
+        return [(base + i) % self.cfg.eval.seed_offset for i in range(n)]
+
+    def sampling(self, step: int, *, temperature: float | None = None, seed_salt: int = 0):
+        """The engine's sampling params for `step`; the seed is derived from (run seed, step)
+        and `SeededEngine` derives one per episode and turn from it."""
+        sampling_cfg = self.cfg.rollout.sampling
+        if temperature is not None:
+            sampling_cfg = sampling_cfg.model_copy(update={"temperature": temperature})
+        base = sampling_cfg.seed if sampling_cfg.seed is not None else self.cfg.seed
+        params = sampling_cfg.to_params()
+        return replace(params, seed=(base * 1_000_003 + step * 7_919 + seed_salt) % 2**31)
+
+    def rollout(self, step: int) -> RolloutResult:
+        """Roll out `num_groups` seeds x `group_size` episodes with the engine's weights."""
+        return rollout(
+            self.engine,
+            self.env_factory,
+            self.tokenizer,
+            self.train_seeds(step),
+            group_size=self.cfg.rollout.group_size,
+            cfg=self.cfg.rollout,
+            sampling=self.sampling(step),
+            env_name=self.cfg.env.name,
+        )
+
+    def next_rollout(self, step: int) -> RolloutResult:
+        """This step's trajectories. Synchronous mode rolls out now. Async mode takes the
+        rollout prefetched during the previous update (weights one version old), then syncs
+        the newest weights and starts prefetching the next step's rollout."""
+        if not self.cfg.trainer.async_rollout:
+            return self.rollout(step)
+        result = self._pending.result() if self._pending is not None else self.rollout(step)
+        self._pending = None
+        self.sync_weights()
+        if step < self.cfg.trainer.num_steps:
+            self._pending = self._prefetcher.submit(self.rollout, step + 1)
+        return result
+
+    def filter(self, trajs: list[Trajectory]) -> tuple[list[bool], dict[str, float]]:
+        """StarPO-S: keep the groups with the highest in-group reward std (when configured).
+
+        Returns the keep flag of each trajectory and the filter metrics.
+        """
+        returns = torch.tensor([t.total_reward for t in trajs])  # [N]
+        group_ids = torch.tensor([t.group_id for t in trajs])  # [N]
+        if self.cfg.algo.use_filter:
+            keep = starpo_s_filter(
+                returns, group_ids, self.cfg.algo.filter_keep_ratio,
+                min_std=self.cfg.algo.filter_min_std,
+            )
+        else:
+            keep = torch.ones(len(trajs), dtype=torch.bool)
+        stats = filter_stats(returns, group_ids, keep)
+        metrics = {
+            "reward/in_group_std": stats["group_std_before"],
+            "reward/in_group_std_after_filter": stats["group_std_after"],
+            "filter/keep_frac": stats["keep_frac"],
+            "filter/num_groups_kept": stats.get("num_groups_after", 0.0),
+        }
+        return keep.tolist(), metrics
+
+    @torch.no_grad()
+    def score(self, batch: TrainBatch) -> dict[str, float]:
+        """Fill `old_logp`, `ref_logp` and `old_values` with the weights before the update."""
+        device = self.policy.device
+        old_logp, ref_logp, old_values = [], [], []
+        batch.row_index = torch.arange(batch.num_rows)
+        parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)
+        for part in parts:
+            part_dev = _to(part, device)
+            old_logp.append(token_logprobs(self.policy.model, part_dev)[0].float().cpu())
+            if self.reference is not None:
+                ref_logp.append(token_logprobs(self.reference, part_dev)[0].float().cpu())
+            if self.critic is not None:
+                values = token_values(self.critic.model, part_dev.input_ids, part_dev.attention_mask)
+                old_values.append(values.cpu())
+        # micro_batches reorders rows; scatter the results back into batch order.
+        batch.old_logp = _scatter_rows(batch, parts, old_logp)
+        batch.ref_logp = _scatter_rows(batch, parts, ref_logp) if ref_logp else None
+        batch.old_values = _scatter_rows(batch, parts, old_values) if old_values else None
+        mask = batch.loss_mask
+        n = mask.sum().clamp(min=1)
+        diff = ((batch.sampler_logp - batch.old_logp).abs() * mask).sum() / n
+        metrics = {"actor/sampler_logp_diff": float(diff)}
+        if batch.ref_logp is not None:
+            kl = kl_penalty(batch.old_logp, batch.ref_logp, self.cfg.algo.kl_kind)
+            metrics["actor/ref_kl"] = float((kl * mask).sum() / n)
+        return metrics
+
+    def advantages(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Advantages `[B, T]` (0 off the trained tokens) and critic targets (or None)."""
+        result = compute_advantages(
+            self.cfg.algo,
+            loss_mask=batch.loss_mask,
+            turn_rewards=batch.turn_rewards,
+            turn_ids=batch.turn_ids,
+            group_ids=batch.group_ids,
+            traj_ids=batch.traj_ids,
+            values=batch.old_values,
+            old_logp=batch.old_logp,
+            ref_logp=batch.ref_logp,
+        )
+        return result.advantages, result.value_targets
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        """`ppo_epochs` passes of mini-batch updates; one optimizer step per mini-batch, with
+        gradients accumulated over micro-batches and the loss normalised over the mini-batch."""
+        a = self.cfg.algo
+        device = self.policy.device
+        records: list[tuple[float, dict[str, float]]] = []
+        grad_norms, critic_grad_norms = [], []
+        for _epoch in range(a.ppo_epochs):
+            for mini in mini_batches(batch, a.num_mini_batches, generator=self.generator):
+                num_tokens, num_seqs = count_tokens_and_seqs(mini.loss_mask)
+                totals = self.policy.all_reduce_sum(torch.tensor([num_tokens, num_seqs], dtype=torch.float64))
+                norm = {"global_num_tokens": float(totals[0]), "global_num_seqs": float(totals[1])}
+                for micro in micro_batches(mini, self.cfg.trainer.micro_batch_tokens):
+                    micro = _to(micro, device)
+                    stats = self._policy_backward(micro, norm)
+                    if self.critic is not None:
+                        stats |= self._critic_backward(micro, norm)
+                    records.append((float(micro.loss_mask.sum()), stats))
+                grad_norms.append(self.policy.step())
+                if self.critic is not None:
+                    critic_grad_norms.append(self.critic.step())
+        mean = _weighted_mean(records)
+        mean.pop("num_tokens", None)
+        metrics = {f"actor/{k}": v for k, v in mean.items() if not k.startswith("critic/")}
+        metrics |= {k: v for k, v in mean.items() if k.startswith("critic/")}
+        metrics["actor/clip_frac"] = mean.get("clip_frac_low", 0.0) + mean.get("clip_frac_high", 0.0)
+        metrics["actor/kl"] = mean.get("approx_kl", 0.0)
+        metrics["actor/grad_norm"] = float(np.mean(grad_norms))
+        metrics["actor/lr"] = self.policy.lr if hasattr(self.policy, "lr") else self.cfg.optim.lr
+        if critic_grad_norms:
+            metrics["critic/grad_norm"] = float(np.mean(critic_grad_norms))
+        return metrics
+
+    def _policy_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
+        """Policy loss (+ entropy bonus, + KL loss) of one micro-batch; backward."""
+        a = self.cfg.algo
+        logp, logits = token_logprobs(self.policy.model, micro)  # [B, T], [B, T-1, V]
+        loss, stats = policy_loss(
+            logp, micro.old_logp, micro.advantages, micro.loss_mask,
+            clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high,
+            dual_clip_c=a.dual_clip_c, agg=a.loss_agg,
+            sampler_logp=micro.sampler_logp, tis_cap=a.tis_cap, **norm,
+        )
+        stats["pg_loss"] = float(loss.detach())
+        with torch.set_grad_enabled(a.entropy_coef > 0):
+            entropy = _pad_left_column(entropy_from_logits(logits))  # [B, T]
+            entropy_term = aggregate(entropy, micro.loss_mask.bool(), a.loss_agg, **norm)
+        if a.entropy_coef > 0:
+            loss = loss - a.entropy_coef * entropy_term
+        mask = micro.loss_mask
+        stats["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+        if a.use_kl_loss:
+            kl_term, kl_stats = kl_loss(
+                logp, micro.ref_logp, mask, kind=a.kl_kind, agg=a.loss_agg, **norm
+            )
+            loss = loss + a.kl_coef * kl_term
+            stats["ref_kl_loss"] = kl_stats["kl"]
+        stats["loss"] = float(loss.detach())
+        self.policy.backward(loss)
+        return stats
+
+    def _critic_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
+        """Clipped value loss of one micro-batch; backward into the critic."""
+        a = self.cfg.algo
+        values = token_values(self.critic.model, micro.input_ids, micro.attention_mask)
+        loss, stats = value_loss(
+            values, micro.old_values, micro.value_targets, micro.loss_mask,
+            clip_eps=a.value_clip_eps, agg=a.loss_agg, **norm,
+        )
+        self.critic.backward(a.vf_coef * loss)
+        return {"critic/value_loss": float(loss.detach())} | {
+            f"critic/{k}": v for k, v in stats.items()
+        }
+
+    def sync_weights(self, *, force: bool = False) -> None:
+        """Send the policy's full weights to the engine under a new version when the policy
+        changed since the last sync (`force`: resend the current version); bounded wait."""
+        if not force and self._synced_step == self.state.step:
+            return
+        version = self.state.weight_version + (0 if force else 1)
+        weights = self.policy.full_state_dict()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(self.engine.update_weights, weights, version)
+            try:
+                future.result(timeout=self.cfg.trainer.weight_sync_timeout_s)
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(
+                    f"engine did not load weights version {version} within "
+                    f"trainer.weight_sync_timeout_s={self.cfg.trainer.weight_sync_timeout_s:g} s"
+                ) from None
+        self.state = replace(self.state, weight_version=version)
+        self._synced_step = self.state.step
+
+    # -- evaluation, checkpoints, metrics -----------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """Success rate and reward on the fixed validation seeds at `eval.temperature`."""
+        from agentrl.train.evaluate import evaluate
+
+        result = evaluate(
+            self.engine, self.env_factory, self.tokenizer,
+            num_episodes=self.cfg.eval.num_episodes, seed_offset=self.cfg.eval.seed_offset,
+            rollout_cfg=self.cfg.rollout,
+            sampling=self.sampling(0, temperature=self.cfg.eval.temperature, seed_salt=1),
+            env_name=self.cfg.env.name,
+        )
+        return {f"eval/{k}": v for k, v in result.items()}
+
+    def save_checkpoint(self) -> Path:
+        """Write a checkpoint of the current state (atomic, keeps the last k)."""
+        return save_checkpoint(
+            self.run_dir, self.state, policy=self.policy, critic=self.critic,
+            tokenizer=self.tokenizer, generator=self.generator,
+            keep_last=self.cfg.checkpoint.keep_last,
+            save_optimizer=self.cfg.checkpoint.save_optimizer, rank=self.policy.rank,
+        )
+
+    def save_trajectories(self, step: int, trajs: list[Trajectory]) -> None:
+        """Write the first `logging.save_trajectories` trajectories of the step."""
+        count = self.cfg.logging.save_trajectories
+        if not count or self.policy.rank != 0:
+            return
+        from agentrl.train._trajectory_io import write_step
+
+        write_step(self.run_dir / "trajectories", step, trajs[:count], tokenizer=self.tokenizer)
+
+    def _throughput(self, timer: StageTimer, trajs: list[Trajectory], train_tokens: int) -> dict[str, float]:
+        sampled = sum(t.num_sampled_tokens for t in trajs)
+        gen_s = timer.seconds.get("rollout", 0.0)
+        upd_s = timer.seconds.get("update", 0.0)
+        return {
+            "throughput/gen_tokens_per_s": sampled / gen_s if gen_s else 0.0,
+            "throughput/train_tokens_per_s": train_tokens / upd_s if upd_s else 0.0,
+        }
+
+    def _collapse_check(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        warn, fired = self.collapse.update(
+            reward_std=metrics.get("reward/in_group_std", float("nan")),
+            entropy=metrics.get("actor/entropy", float("nan")),
+            grad_norm=metrics.get("actor/grad_norm", float("nan")),
+        )
+        if warn:
+            log.warning(
+                "step %d: collapse early warning (Echo Trap): %s crossed their thresholds; "
+                "consider a lower lr, a higher filter keep ratio or more entropy",
+                step, ", ".join(fired),
+            )
+        return {"collapse_warning": float(warn), "collapse/num_signals": float(len(fired))}
+
+    def close(self) -> None:
+        """Stop the prefetcher, close the engine and the metric writers."""
+        self._prefetcher.shutdown(wait=True, cancel_futures=True)
+        self.logger.close()
+        self.engine.close()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _to(batch: TrainBatch, device: torch.device) -> TrainBatch:
+    """The batch with every tensor on `device`."""
+    if device.type == "cpu":
+        return batch
+    import dataclasses
+
+    return TrainBatch(**{
+        f.name: (None if getattr(batch, f.name) is None else getattr(batch, f.name).to(device))
+        for f in dataclasses.fields(batch)
+    })
+
+
+def _scatter_rows(batch: TrainBatch, parts: list[TrainBatch], values: list[torch.Tensor]) -> torch.Tensor:
+    """Put per-micro-batch `[b, t]` results back at their rows of `batch` (`[B, T]`)."""
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    for part, value in zip(parts, values, strict=True):
+        rows = part.row_index
+        out[rows, : value.shape[1]] = value
+    return out

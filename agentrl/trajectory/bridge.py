@@ -1,0 +1,253 @@
+"""The chat-template bridge: env text to token ids, rendered once, never re-rendered.
+
+The first prompt is the chat template over `system_prompt` + the first observation, with
+the generation prompt. After each turn the sampled ids are kept verbatim and the new
+observation is appended as the template's *delta*: what the template writes after an
+assistant turn for the new messages, plus the next generation prompt. The delta is found by
+rendering a conversation whose last assistant turn is a placeholder and taking the text after
+the placeholder; token-prefix checks prove the split falls on a token boundary.
+
+Some templates re-render history (Qwen3 drops `<think>...</think>` from earlier assistant
+turns). `ChatBridge.prefix_preserving` is False for those, and `EpisodeTokens` then keeps one
+`Sample` per turn, each with the full prompt the engine was given.
+
+>>> from agentrl.trajectory.testing import build_tokenizer
+>>> bridge = ChatBridge(build_tokenizer("chatml"))
+>>> bridge.prefix_preserving, bridge.decode(bridge.end_of_turn_ids)
+(True, '<|im_end|>\\n')
+>>> bridge.decode(bridge.observation_ids("", "a", "b", sampled_ids=bridge.end_of_turn_ids[:1]))
+'\\n<|im_start|>user\\nb<|im_end|>\\n<|im_start|>assistant\\n'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl.envs.base import Observation
+from agentrl.trajectory.types import Sample
+
+log = logging.getLogger(__name__)
+
+PLACEHOLDER = "AgentrlPlaceholderTurn"
+"""Stand-in assistant text used to find where the template's delta starts."""
+
+_PROBE_TURNS: list[tuple[str, str]] = [
+    ("<think>\nPlan the move.\n</think>\n\nUp", "The box moved up."),
+    ("Left", "A wall blocks the way."),
+]
+"""Assistant actions and env replies used to test a template for prefix preservation."""
+
+
+class TemplateError(ValueError):
+    """The tokenizer has no usable chat template."""
+
+
+def to_messages(observation: Observation) -> list[dict[str, str]]:
+    """An observation as chat messages: plain text becomes one `user` message."""
+    if isinstance(observation, str):
+        return [{"role": "user", "content": observation}]
+    return [{"role": m["role"], "content": m["content"]} for m in observation]
+
+
+def _first_messages(system_prompt: str, observation: Observation) -> list[dict[str, str]]:
+    head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return head + to_messages(observation)
+
+
+class ChatBridge:
+    """Turns env observations into token ids through one tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise TemplateError(
+                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat "
+                "template; set tokenizer.chat_template or use a chat (instruct) model"
+            )
+        self.tokenizer = tokenizer
+        self.end_of_turn_ids: list[int] = self._end_of_turn_ids()
+        """Ids the template writes right after an assistant message (e.g. `<|im_end|>\\n`)."""
+        eos = tokenizer.eos_token_id
+        stops = [self.end_of_turn_ids[0]] if self.end_of_turn_ids else []
+        if eos is not None and eos not in stops:
+            stops.append(int(eos))
+        self.stop_token_ids: tuple[int, ...] = tuple(stops)
+        """Ids that end a turn; pass them to the engine as stop ids."""
+        self.prefix_preserving, self.probe_error = self._probe()
+        """Whether appending deltas reproduces the template's own rendering, and why not."""
+
+    # -- rendering -------------------------------------------------------------------------
+    def render_text(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
+        """The template's text for `messages`."""
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Ids for template text (special tokens in the text are parsed, none are added)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        """Text of `ids`, for display and for the env; never re-encoded for training."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def prompt_ids(self, system_prompt: str, observation: Observation) -> list[int]:
+        """The first prompt: system prompt + first observation + generation prompt."""
+        return self.render_ids(_first_messages(system_prompt, observation))
+
+    def render_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """A whole conversation with the generation prompt (the per-turn-sample prompt)."""
+        return self.encode(self.render_text(messages, add_generation_prompt=True))
+
+    def _suffix_after_placeholder(self, messages: list[dict[str, str]], gen: bool) -> list[int]:
+        text = self.render_text(messages, add_generation_prompt=gen)
+        cut = text.rfind(PLACEHOLDER)
+        if cut < 0:
+            raise TemplateError("the chat template does not render assistant message content")
+        cut += len(PLACEHOLDER)
+        head, tail = self.encode(text[:cut]), self.encode(text[cut:])
+        if self.encode(text) != head + tail:
+            raise TemplateError(
+                "the chat template's text after an assistant message does not start on a "
+                f"token boundary (after {PLACEHOLDER!r}: {text[cut : cut + 20]!r})"
+            )
+        return tail
+
+    def _end_of_turn_ids(self) -> list[int]:
+        messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": PLACEHOLDER}]
+        return self._suffix_after_placeholder(messages, gen=False)
+
+    # -- the delta -------------------------------------------------------------------------
+    def observation_ids(
+        self,
+        system_prompt: str,
+        first_observation: Observation,
+        observation: Observation,
+        *,
+        sampled_ids: Sequence[int],
+    ) -> list[int]:
+        """Ids to append after a turn's sampled ids: the template's delta for `observation`.
+
+        If the sampled ids already end with the template's end-of-turn id (the engine stopped
+        on it), it is not repeated; if generation stopped by length, the end-of-turn ids are
+        part of the returned ids (they are prompt ids, never trained on).
+        """
+        context = _first_messages(system_prompt, first_observation)
+        messages = context + [{"role": "assistant", "content": PLACEHOLDER}]
+        after = self._suffix_after_placeholder(messages + to_messages(observation), gen=True)
+        return after[self.covered_by_sampled(sampled_ids, after) :]
+
+    def covered_by_sampled(self, sampled_ids: Sequence[int], after_ids: Sequence[int]) -> int:
+        """How many leading end-of-turn ids of `after_ids` the sampled ids already end with."""
+        eot = self.end_of_turn_ids
+        for k in range(min(len(eot), len(sampled_ids), len(after_ids)), 0, -1):
+            if list(sampled_ids[-k:]) == list(after_ids[:k]) == list(eot[:k]):
+                return k
+        return 0
+
+    # -- prefix-preservation probe ---------------------------------------------------------
+    def _probe(self) -> tuple[bool, str | None]:
+        """Check that prompt + actions + deltas equal the template's own full rendering."""
+        for system_prompt in ("You solve puzzles.", ""):
+            first = "Start the puzzle."
+            messages = _first_messages(system_prompt, first)
+            built = self.render_text(messages, add_generation_prompt=True)
+            for action, reply in _PROBE_TURNS:
+                messages = messages + [{"role": "assistant", "content": action}]
+                head = messages[: len(_first_messages(system_prompt, first))]
+                probe = head + [{"role": "assistant", "content": PLACEHOLDER}]
+                probe = probe + [{"role": "user", "content": reply}]
+                text = self.render_text(probe, add_generation_prompt=True)
+                built += action + text[text.rfind(PLACEHOLDER) + len(PLACEHOLDER) :]
+                messages = messages + [{"role": "user", "content": reply}]
+                full = self.render_text(messages, add_generation_prompt=True)
+                if full != built:
+                    return False, _first_difference(built, full)
+        return True, None
+
+
+def _first_difference(built: str, full: str) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(built, full, strict=False)) if a != b), None)
+    if at is None:
+        at = min(len(built), len(full))
+    return (
+        f"appending deltas gives {built[max(0, at - 15) : at + 25]!r} but the template renders "
+        f"{full[max(0, at - 15) : at + 25]!r} (char {at})"
+    )
+
+
+class EpisodeTokens:
+    """The growing token record of one episode, built through a `ChatBridge`.
+
+    In single-sequence mode (prefix-preserving template) `prompt_ids` is always the whole
+    sequence so far, so each engine request is exactly a prefix of the final sample. In
+    per-turn mode each turn gets its own sample: the template's full rendering of the
+    conversation so far, then the sampled ids.
+    """
+
+    def __init__(self, bridge: ChatBridge, system_prompt: str, first_observation: Observation):
+        self.bridge = bridge
+        self.system_prompt = system_prompt
+        self.first_observation = first_observation
+        self.per_turn = not bridge.prefix_preserving
+        self._messages: list[dict[str, str]] = _first_messages(system_prompt, first_observation)
+        self._seq = Sample([], [], [], [])
+        self._done: list[Sample] = []
+        self._sampled_into_current = False
+        self._append(self._seq, bridge.prompt_ids(system_prompt, first_observation), turn=-1)
+
+    @staticmethod
+    def _append(sample: Sample, ids: Sequence[int], turn: int) -> None:
+        sample.token_ids.extend(ids)
+        sample.loss_mask.extend([0] * len(ids))
+        sample.sampler_logp.extend([0.0] * len(ids))
+        sample.turn_ids.extend([turn] * len(ids))
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The ids to send to the engine for the next turn."""
+        return list(self._seq.token_ids)
+
+    def add_completion(self, token_ids: Sequence[int], logp: Sequence[float], turn: int) -> None:
+        """Record sampled ids verbatim (mask 1) with their sampler logprobs."""
+        if len(token_ids) != len(logp):
+            raise ValueError(f"completion has {len(token_ids)} ids but {len(logp)} logprobs")
+        self._seq.token_ids.extend(token_ids)
+        self._seq.loss_mask.extend([1] * len(token_ids))
+        self._seq.sampler_logp.extend(float(x) for x in logp)
+        self._seq.turn_ids.extend([turn] * len(token_ids))
+        self._sampled_into_current = True
+        if self.per_turn:
+            text = self.bridge.decode(token_ids, skip_special_tokens=True)
+            self._messages.append({"role": "assistant", "content": text})
+
+    def next_ids(self, observation: Observation, sampled_ids: Sequence[int]) -> list[int]:
+        """The ids that `add_observation` would add (to check the context budget first)."""
+        if self.per_turn:
+            return self.bridge.render_ids(self._messages + to_messages(observation))
+        return self.bridge.observation_ids(
+            self.system_prompt, self.first_observation, observation, sampled_ids=sampled_ids
+        )
+
+    def next_length(self, ids: Sequence[int]) -> int:
+        """Length of the next prompt if `ids` (from `next_ids`) are added."""
+        return len(ids) if self.per_turn else len(self._seq) + len(ids)
+
+    def add_observation(self, observation: Observation, ids: Sequence[int], turn: int) -> None:
+        """Append the observation's ids from `next_ids` (mask 0) and start the next prompt."""
+        if self.per_turn:
+            self._done.append(self._seq)
+            self._messages.extend(to_messages(observation))
+            self._seq = Sample([], [], [], [])
+            self._sampled_into_current = False
+            turn = -1  # a per-turn sample's prompt is all prompt
+        self._append(self._seq, ids, turn)
+
+    def samples(self) -> list[Sample]:
+        """The finished samples (the last one includes everything recorded so far)."""
+        last = [self._seq] if self._sampled_into_current else []
+        return [*self._done, *last]
+
+    def __len__(self) -> int:
+        return len(self._seq)

@@ -1,0 +1,84 @@
+"""AlgoConfig validation, derived properties, and the shipped presets."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from agentrl.algos.config import AlgoConfig
+from agentrl.algos.presets import (
+    UnknownPresetError,
+    list_presets,
+    load_preset,
+    preset_algo_config,
+)
+
+
+def test_config_keys_snapshot() -> None:
+    # New keys must show up in review: update this list together with docs/algorithms.md.
+    assert sorted(AlgoConfig.model_fields) == sorted(
+        [
+            "estimator", "reward_level", "gamma", "lam", "turn_gamma", "turn_lam",
+            "scale_by_std", "reinforce_baseline", "whiten_advantages", "clip_eps_low",
+            "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward",
+            "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
+            "tis_cap", "ppo_epochs", "num_mini_batches",
+        ]
+    )  # fmt: skip
+    for name, field in AlgoConfig.model_fields.items():
+        assert field.description, f"AlgoConfig.{name} has no docstring"
+
+
+def test_unknown_keys_and_bad_values_are_errors() -> None:
+    with pytest.raises(ValidationError, match="clip_eps_hihg"):
+        AlgoConfig(clip_eps_hihg=0.3)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="dual_clip_c"):
+        AlgoConfig(dual_clip_c=0.5)
+    with pytest.raises(ValidationError, match="reward_level"):
+        AlgoConfig(estimator="grpo", reward_level="turn")
+    with pytest.raises(ValidationError, match="turn-gae"):
+        AlgoConfig(estimator="turn-gae")
+    with pytest.raises(ValidationError, match="estimator"):
+        AlgoConfig(estimator="ddpg")  # type: ignore[arg-type]
+
+
+def test_derived_properties() -> None:
+    assert AlgoConfig(estimator="gae").use_critic
+    assert AlgoConfig(estimator="turn-gae", reward_level="turn").use_critic
+    assert not AlgoConfig(estimator="grpo").use_critic
+    assert not AlgoConfig(kl_coef=0.0).use_reference
+    cfg = AlgoConfig(kl_coef=0.01, kl_in_reward=True)
+    assert cfg.use_reference and not cfg.use_kl_loss
+    assert AlgoConfig(estimator="gae", filter_keep_ratio=0.5).needs_groups
+    assert not AlgoConfig(estimator="gae").needs_groups
+    assert not AlgoConfig(estimator="reinforce++", reinforce_baseline=False).needs_groups
+
+
+def test_all_presets_ship_and_validate() -> None:
+    assert list_presets() == ["grpo", "ppo", "reinforce++", "rloo", "starpo", "starpo-s"]
+    for name in list_presets():
+        tree = load_preset(name)
+        assert set(tree) >= {"algo"}
+        preset_algo_config(name)
+
+
+def test_starpo_presets_match_the_paper_settings() -> None:
+    starpo = preset_algo_config("starpo")
+    assert starpo.use_critic and starpo.estimator == "gae"
+    assert (starpo.gamma, starpo.lam, starpo.kl_coef) == (1.0, 1.0, 0.001)
+    assert not starpo.use_filter
+    s = preset_algo_config("starpo-s")
+    assert s.use_critic and s.filter_keep_ratio == 0.25
+    assert (s.clip_eps_low, s.clip_eps_high, s.dual_clip_c) == (0.2, 0.28, 3.0)
+    assert not s.use_reference and s.entropy_coef == 0.001
+    assert preset_algo_config("grpo").estimator == "grpo"
+    assert not preset_algo_config("grpo").use_critic
+    assert preset_algo_config("rloo").estimator == "rloo"
+    assert preset_algo_config("reinforce++").estimator == "reinforce++"
+    assert preset_algo_config("ppo").use_critic
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownPresetError, match="starpo-s") as err:
+        load_preset("starpo_s")
+    assert "grpo" in str(err.value) and "reinforce++" in str(err.value)

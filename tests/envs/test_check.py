@@ -1,0 +1,173 @@
+"""`check_env`: every registered env passes; broken envs fail the right named check."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from typing import Any, ClassVar
+
+import pytest
+
+from agentrl.envs import TokenEnv, check_env, registry, spec
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_every_registered_env_passes_check_env(name: str) -> None:
+    """Runs over `registry()`, so envs registered later by other packages are included."""
+    if "docker" in spec(name).requires and not _docker_available():
+        pytest.skip("needs a running Docker daemon (CI has one)")
+    report = check_env(name, num_episodes=2)
+    assert report.ok, str(report)
+
+
+class Good(TokenEnv):
+    """A well-behaved one-turn env."""
+
+    system_prompt: ClassVar[str] = "Say yes."
+    max_turns: ClassVar[int] = 1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.word = str(int(self.np_random.integers(10)))
+        return f"Number {self.word}", {}
+
+    def step(self, action: str):
+        self.require_reset()
+        ok = self.word in action
+        return "done", float(ok), True, False, {"success": ok}
+
+
+class Unseeded(Good):
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.word = str(random.randint(0, 10**9))  # global RNG: not reproducible
+        return f"Number {self.word}", {}
+
+
+class NoResetGuard(Good):
+    def step(self, action: str):
+        return "done", 0.0, True, False, {"success": False}
+
+
+class Raises(Good):
+    def step(self, action: str):
+        self.require_reset()
+        if not action.strip():
+            raise ValueError("empty action")
+        return super().step(action)
+
+
+class BadReward(Good):
+    def step(self, action: str):
+        self.require_reset()
+        return "done", float("nan"), True, False, {"success": False}
+
+
+class IntReward(Good):
+    def step(self, action: str):
+        self.require_reset()
+        return "done", 1, True, False, {"success": True}
+
+
+class NoSuccess(Good):
+    def step(self, action: str):
+        self.require_reset()
+        return "done", 0.0, True, False, {}
+
+
+class NeverEnds(Good):
+    max_turns: ClassVar[int] = 3
+
+    def step(self, action: str):
+        self.require_reset()
+        return "again", 0.0, False, False, {}
+
+
+class NeverEndsDocumented(NeverEnds):
+    ends_within_max_turns: ClassVar[bool] = False
+
+
+class BadObservation(Good):
+    def step(self, action: str):
+        self.require_reset()
+        return [{"role": "assistant", "content": "x"}], 0.0, True, False, {"success": False}
+
+
+class NoPrompt(Good):
+    system_prompt: ClassVar[str] = ""
+
+
+def _failed(env_cls: type[TokenEnv]) -> set[str]:
+    return {r.name for r in check_env(env_cls).failures}
+
+
+def test_good_env_passes_and_renders() -> None:
+    report = check_env(Good)
+    assert report.ok and bool(report)
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    console.print(report)
+    assert "determinism" in console.export_text()
+
+
+@pytest.mark.parametrize(
+    ("env_cls", "expected"),
+    [
+        (Unseeded, {"determinism"}),
+        (NoResetGuard, {"step before reset"}),
+        (Raises, {"malformed actions"}),
+        (
+            BadReward,
+            {"determinism", "malformed actions", "rewards and types", "random episode ends"},
+        ),
+        (
+            IntReward,
+            {"determinism", "malformed actions", "rewards and types", "random episode ends"},
+        ),
+        (
+            NoSuccess,
+            {"determinism", "malformed actions", "rewards and types", "random episode ends"},
+        ),
+        (NeverEnds, {"random episode ends"}),
+        (
+            BadObservation,
+            {"determinism", "malformed actions", "rewards and types", "random episode ends"},
+        ),
+        (NoPrompt, {"system_prompt"}),
+    ],
+)
+def test_broken_envs_fail_the_named_checks(env_cls: type[TokenEnv], expected: set[str]) -> None:
+    report = check_env(env_cls)
+    assert {r.name for r in report.failures} == expected
+    assert all(r.fix for r in report.failures), str(report)
+
+
+def test_documented_rollout_truncation_passes() -> None:
+    report = check_env(NeverEndsDocumented)
+    assert report.ok, str(report)
+    assert "rollout truncates" in next(
+        r.detail for r in report.results if r.name == "random episode ends"
+    )
+
+
+def test_instance_already_reset_skips_step_before_reset() -> None:
+    env = Good()
+    env.reset(seed=0)
+    result = next(r for r in check_env(env).results if r.name == "step before reset")
+    assert result.passed and "skipped" in result.detail
+
+
+def test_unbuildable_env_is_a_failed_check() -> None:
+    report = check_env("no-such-env-here")
+    assert not report.ok and report.failures[0].name == "construct"

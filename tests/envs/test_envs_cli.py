@@ -1,0 +1,67 @@
+"""`agentrl envs list`, `agentrl envs check`, `agentrl play` (driven through stdin)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from agentrl.cli import app
+from agentrl.envs import make
+
+runner = CliRunner()
+
+
+def test_envs_list_shows_sokoban_variants() -> None:
+    result = runner.invoke(app, ["envs", "list"])
+    assert result.exit_code == 0, result.output
+    for name in ("sokoban", "sokoban-8x8-2box", "sokoban-10x10-3box", "guess-number"):
+        assert name in result.output
+    assert "agentrl" in result.output  # the source column
+
+
+def test_envs_check_exit_codes() -> None:
+    ok = runner.invoke(app, ["envs", "check", "sokoban", "--episodes", "1"])
+    assert ok.exit_code == 0, ok.output
+    assert "determinism" in ok.output and "all checks passed" in ok.output
+    bad = runner.invoke(app, ["envs", "check", "sokoban", "--set", "room_size=2"])
+    assert bad.exit_code == 1
+    assert "construct" in bad.output and "FAIL" in bad.output
+
+
+def test_play_sokoban_seed_3_with_solver_moves() -> None:
+    env = make("sokoban")
+    env.reset(seed=3)
+    moves = env.expert_actions()
+    # One answer per turn, as the model would type them; the last turn uses a bare word.
+    lines = [f"<answer>{m}</answer>" for m in moves[:-1]] + [moves[-1]]
+    result = runner.invoke(app, ["play", "sokoban", "--seed", "3"], input="\n".join(lines) + "\n")
+    assert result.exit_code == 0, result.output
+    assert env.system_prompt[:40] in result.output
+    assert "Solved!" in result.output
+    assert "success=True" in result.output
+
+
+def test_play_quits_on_empty_line_and_takes_set() -> None:
+    result = runner.invoke(
+        app,
+        ["play", "guess-number", "--seed", "0", "--set", "high=3"],
+        input="<answer>9</answer>\n\n",
+    )
+    assert result.exit_code == 2
+    assert "The number is in [1, 3]." in result.output and "outside" in result.output
+
+
+def test_play_subprocess_end_to_end() -> None:
+    env = make("guess-number", high=1)
+    env.reset(seed=0)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "play", "guess-number", "--set", "high=1", "--raw"],
+        input="<answer>1</answer>\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "success=True" in proc.stdout

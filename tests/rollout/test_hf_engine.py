@@ -1,0 +1,139 @@
+"""HFEngine: batching, sampling settings, logprob parity with a teacher-forced pass, weights."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.rollout.engine import Completion, Engine, GenerationRequest, SamplingParams
+from agentrl.rollout.engine import generate_sync
+from agentrl.rollout.hf_engine import HFEngine, filter_logits
+from agentrl.rollout.models import load_model
+
+PARITY_TOL = 1e-4
+"""Max |engine logp - teacher-forced logp| allowed (fp32; measured gap is ~1e-6)."""
+
+
+def teacher_forced_logp(model: torch.nn.Module, prompt: list[int], sampled: list[int]) -> list[float]:
+    """Logprob of each sampled id in one unpadded forward pass over prompt + sampled."""
+    ids = torch.tensor([prompt + sampled])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)  # [T, V]
+    positions = range(len(prompt) - 1, len(prompt) + len(sampled) - 1)
+    return [float(logp[p, t]) for p, t in zip(positions, sampled, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path: Path):
+    eng = HFEngine(str(tiny_model_path), max_batch_size=8, batch_window_s=0.01)
+    yield eng
+    eng.close()
+
+
+def _prompts() -> list[list[int]]:
+    return [[1, 5 + i, 7, 9, 11 + 2 * i][: 2 + i % 4] + list(range(20, 20 + i)) for i in range(6)]
+
+
+def test_follows_protocol(engine: HFEngine) -> None:
+    assert isinstance(engine, Engine)
+
+
+def test_logprob_parity_with_teacher_forcing(engine: HFEngine, tiny_model_path: Path) -> None:
+    reference = load_model(str(tiny_model_path), dtype="float32")
+    settings = [
+        SamplingParams(max_new_tokens=24, seed=1, ignore_eos=True),
+        SamplingParams(temperature=0.7, top_k=20, max_new_tokens=16, seed=2),
+        SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=20, seed=3, ignore_eos=True),
+        SamplingParams(temperature=0.0, max_new_tokens=8),
+    ]
+    requests = [
+        GenerationRequest(p, settings[i % len(settings)]) for i, p in enumerate(_prompts())
+    ]
+    completions = generate_sync(engine, requests)
+    gaps = []
+    for req, comp in zip(requests, completions, strict=True):
+        assert len(comp.token_ids) == len(comp.logp) >= 1
+        expected = teacher_forced_logp(reference, req.prompt_ids, comp.token_ids)
+        gaps += [abs(a - b) for a, b in zip(comp.logp, expected, strict=True)]
+    print(f"HFEngine parity: max |logp gap| = {max(gaps):.2e} over {len(gaps)} tokens")
+    assert max(gaps) < PARITY_TOL
+
+
+def test_finish_reasons_and_stop_ids(engine: HFEngine) -> None:
+    prompt = [1, 30, 31, 32]
+    free = generate_sync(
+        engine, [GenerationRequest(prompt, SamplingParams(max_new_tokens=6, seed=0, ignore_eos=True))]
+    )[0]
+    assert free.finish_reason == "length" and len(free.token_ids) == 6
+    # Make the 3rd sampled id a stop id: same seed, same ids up to and including it.
+    stop_id = free.token_ids[2]
+    params = SamplingParams(max_new_tokens=6, seed=0, stop_token_ids=(stop_id,))
+    stopped = generate_sync(engine, [GenerationRequest(prompt, params)])[0]
+    first = free.token_ids.index(stop_id)
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == free.token_ids[: first + 1]
+
+
+def test_seed_is_reproducible_across_batches(engine: HFEngine) -> None:
+    params = SamplingParams(max_new_tokens=12, seed=42, ignore_eos=True)
+    alone = generate_sync(engine, [GenerationRequest([1, 40, 41], params)])[0]
+    others = [GenerationRequest(p, SamplingParams(max_new_tokens=5, seed=None)) for p in _prompts()]
+    batched = generate_sync(engine, [*others, GenerationRequest([1, 40, 41], params)])[-1]
+    assert batched.token_ids == alone.token_ids
+    unseeded = generate_sync(
+        engine, [GenerationRequest([1, 40, 41], SamplingParams(max_new_tokens=12, ignore_eos=True))] * 2
+    )
+    assert unseeded[0].token_ids != unseeded[1].token_ids  # fresh randomness per request
+
+
+def test_concurrent_calls_share_batches(engine: HFEngine) -> None:
+    async def episode(i: int) -> Completion:
+        params = SamplingParams(max_new_tokens=4 + i % 3, seed=i, ignore_eos=True)
+        return (await engine.generate([GenerationRequest([1, 50 + i], params)]))[0]
+
+    async def main() -> list[Completion]:
+        return await asyncio.gather(*(episode(i) for i in range(16)))
+
+    before = dict(engine.stats)
+    results = asyncio.run(main())
+    assert [len(c.token_ids) for c in results] == [4 + i % 3 for i in range(16)]
+    assert engine.stats["requests"] - before["requests"] == 16
+    assert engine.stats["batches"] - before["batches"] <= 4  # 16 calls, batches of up to 8
+
+
+def test_filter_logits_top_k_top_p() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    kept = torch.isfinite(filter_logits(logits, SamplingParams(top_k=2)))
+    assert kept.tolist() == [True, True, False, False]
+    kept = torch.isfinite(filter_logits(logits, SamplingParams(top_p=0.7)))
+    assert kept.tolist() == [True, True, False, False]
+    kept = torch.isfinite(filter_logits(logits, SamplingParams(top_p=0.4)))
+    assert kept.tolist() == [True, False, False, False]
+
+
+def test_update_weights_in_place(tiny_model_path: Path) -> None:
+    engine = HFEngine(str(tiny_model_path))
+    try:
+        other = load_model(str(tiny_model_path), dtype="float32")
+        torch.manual_seed(7)
+        with torch.no_grad():
+            for p in other.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        params = SamplingParams(max_new_tokens=10, seed=5, ignore_eos=True)
+        before = generate_sync(engine, [GenerationRequest([1, 60, 61], params)])[0]
+        engine.update_weights(other.state_dict(), version=3)
+        after = generate_sync(engine, [GenerationRequest([1, 60, 61], params)])[0]
+        assert (before.weight_version, after.weight_version) == (0, 3)
+        expected = teacher_forced_logp(other, [1, 60, 61], after.token_ids)
+        assert max(abs(a - b) for a, b in zip(after.logp, expected, strict=True)) < PARITY_TOL
+        assert after.logp != before.logp
+        with pytest.raises(KeyError, match="unknown parameter"):
+            engine.update_weights({"not.a.weight": torch.zeros(1)}, version=4)
+        assert engine.weight_version == 3
+    finally:
+        engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        generate_sync(engine, [GenerationRequest([1], SamplingParams())])

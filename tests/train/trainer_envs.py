@@ -1,0 +1,28 @@
+"""Small envs for trainer tests: rewards that vary with what a random tiny model samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.envs.base import TokenEnv
+
+
+class VowelCount(TokenEnv):
+    """Two turns; each turn's reward is the fraction of vowels in the answer (varies a lot
+    between samples of a random model, so group advantages are non-zero)."""
+
+    system_prompt = "Answer with many vowels."
+    max_turns = 2
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.turn = 0
+        return f"Round {int(self.np_random.integers(100))}.", {}
+
+    def step(self, action: str):
+        self.require_reset()
+        self.turn += 1
+        letters = [c for c in action.lower() if c.isalpha()]
+        reward = sum(c in "aeiou" for c in letters) / max(1, len(letters))
+        done = self.turn >= self.max_turns
+        return "Again.", reward, done, False, {"success": reward > 0.3} if done else {}

@@ -1,0 +1,63 @@
+"""Trajectory files: JSONL and Parquet round trips, one file per step."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from agentrl.rollout.config import RolloutConfig
+from agentrl.rollout.loop import rollout
+from agentrl.trajectory.io import read_trajectories, step_path, write_step, write_trajectories
+from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.types import Status, Trajectory, Turn
+
+
+@pytest.fixture(scope="module")
+def trajectories() -> list[Trajectory]:
+    tok = build_tokenizer("chatml")
+    engine = ScriptedEngine(plain_vocab_ids(tok), seed=3)
+    result = rollout(engine, ScriptedEnv, tok, [0, 1], group_size=2, cfg=RolloutConfig())
+    trajs = result.trajectories
+    trajs[0].status, trajs[0].error = Status.ENV_ERROR, "boom"
+    trajs[1].turns[0].info["np"] = np.float32(0.5)  # numpy values in info are made JSON-safe
+    return trajs
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_round_trip(tmp_path, trajectories, fmt) -> None:
+    path = write_step(tmp_path, 1, trajectories, {"model": "tiny"}, fmt=fmt)
+    assert path == tmp_path / "trajectories" / f"step_000001.{fmt}" == step_path(tmp_path, 1, fmt)
+    loaded = read_trajectories(path)
+    assert loaded.metadata["model"] == "tiny" and loaded.metadata["step"] == 1
+    assert len(loaded.trajectories) == len(trajectories)
+    trajectories[1].turns[0].info["np"] = 0.5
+    for got, want in zip(loaded.trajectories, trajectories, strict=True):
+        assert got == want
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_parquet_schema_covers_every_field() -> None:
+    import pyarrow as pa
+
+    from agentrl.trajectory.io import _schema
+
+    schema = _schema(pa)
+    assert set(schema.names) == {f.name for f in dataclasses.fields(Trajectory)}
+    turn_type = schema.field("turns").type.value_type
+    assert {turn_type.field(i).name for i in range(turn_type.num_fields)} == {
+        f.name for f in dataclasses.fields(Turn)
+    }
+
+
+def test_bad_files_are_named(tmp_path) -> None:
+    bad = tmp_path / "x.jsonl"
+    bad.write_text(json.dumps({"agentrl_metadata": {}}) + "\n{\"samples\": 1}\n")
+    with pytest.raises(ValueError, match="x.jsonl:2"):
+        read_trajectories(bad)
+    with pytest.raises(ValueError, match="end in .jsonl or .parquet"):
+        write_trajectories(tmp_path / "x.csv", [])
+    with pytest.raises(FileNotFoundError, match="no trajectory file"):
+        read_trajectories(tmp_path / "missing.jsonl")
