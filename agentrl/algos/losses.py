@@ -298,10 +298,14 @@ def value_loss(
     return loss, stats
 
 
-def _chunked_rows(fn, x: Tensor, *extra: Tensor, chunk_size: int) -> Tensor:
-    """Apply `fn(x_rows, *extra_rows)` to chunks of rows of `x [N, V]`; recompute in backward."""
+def _chunked_rows(fn, x: Tensor, *extra: Tensor, chunk_size: int, recompute: bool) -> Tensor:
+    """Apply `fn(x_rows, *extra_rows)` to chunks of rows of `x [N, V]`.
+
+    With `recompute` (and gradients on), each chunk's float32 intermediates are not kept for
+    backward but recomputed there (activation checkpointing), so they never all coexist.
+    """
     outs = []
-    use_ckpt = torch.is_grad_enabled() and x.requires_grad
+    use_ckpt = recompute and torch.is_grad_enabled() and x.requires_grad
     for start in range(0, x.shape[0], chunk_size):
         args = (x[start : start + chunk_size], *(e[start : start + chunk_size] for e in extra))
         outs.append(checkpoint(fn, *args, use_reentrant=False) if use_ckpt else fn(*args))
@@ -328,8 +332,9 @@ def token_logprobs_from_logits(
     """Logprob of `ids [B, T]` under `logits [B, T, V]`, in float32: `[B, T]`.
 
     `logits[:, t]` must be the distribution of `ids[:, t]` (shift before calling). Computed
-    with `logsumexp` in chunks of `chunk_size` positions, each cast to float32 on its own and
-    recomputed in backward, so peak memory stays near one bf16 copy of the logits.
+    with `logsumexp` in chunks of `chunk_size` positions, each cast to float32 on its own;
+    for non-float32 logits (or a temperature) the chunk is recomputed in backward instead of
+    kept, so no float32 copy of the whole logits tensor ever exists.
     `temperature` divides the logits first (match the sampler's temperature).
 
     >>> logits = torch.log(torch.tensor([[[0.25, 0.75]]]))
@@ -344,6 +349,8 @@ def token_logprobs_from_logits(
         flat,
         ids.reshape(-1).long(),
         chunk_size=chunk_size,
+        # float32 logits at temperature 1 need no copy: autograd keeps only the logits.
+        recompute=logits.dtype != torch.float32 or temperature != 1.0,
     )
     return out.reshape(ids.shape)
 
@@ -357,4 +364,5 @@ def entropy_from_logits(logits: Tensor, *, chunk_size: int = 1024) -> Tensor:
     tensor([[1.3863]])
     """
     flat = logits.reshape(-1, logits.shape[-1])
-    return _chunked_rows(_entropy_rows, flat, chunk_size=chunk_size).reshape(logits.shape[:-1])
+    out = _chunked_rows(_entropy_rows, flat, chunk_size=chunk_size, recompute=True)
+    return out.reshape(logits.shape[:-1])

@@ -9,6 +9,11 @@ import typer
 
 
 def _load_tokenizer(name: str) -> Any:
+    """A tokenizer by alias, model path or id; a bare tokenizer folder also works."""
+    if Path(name).is_dir() and not (Path(name) / "config.json").is_file():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(name)
     try:
         from agentrl.rollout.models import load_tokenizer
     except ImportError:  # pragma: no cover - the models module ships with agentrl

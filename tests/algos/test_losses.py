@@ -271,13 +271,15 @@ def test_value_loss_hand_computed() -> None:
 # ---------------------------------------------------------------- logits helpers
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_token_logprobs_and_entropy_match_reference(dtype) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "temperature"), [(torch.float32, 0.7), (torch.bfloat16, 0.7), (torch.float32, 1.0)]
+)
+def test_token_logprobs_and_entropy_match_reference(dtype, temperature) -> None:
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 5, 11, generator=g) * 3).to(dtype).requires_grad_(True)
     ids = torch.randint(0, 11, (3, 5), generator=g)
-    ref_lp = torch.log_softmax(logits.float() / 0.7, -1).gather(-1, ids[..., None])[..., 0]
-    lp = token_logprobs_from_logits(logits, ids, temperature=0.7, chunk_size=4)
+    ref_lp = torch.log_softmax(logits.float() / temperature, -1).gather(-1, ids[..., None])[..., 0]
+    lp = token_logprobs_from_logits(logits, ids, temperature=temperature, chunk_size=4)
     assert lp.dtype == torch.float32
     close(lp, ref_lp.detach(), 1e-5)
     (g_ref,) = torch.autograd.grad(ref_lp.sum(), logits)
