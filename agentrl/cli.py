@@ -16,6 +16,9 @@ app = typer.Typer(
 from agentrl.envs._cli import envs_app, play  # noqa: E402 - registered after `app` exists
 
 app.add_typer(envs_app, name="envs")
+from agentrl.sandbox._cli import app as sandbox_app  # noqa: E402
+
+app.add_typer(sandbox_app, name="sandbox")
 app.command("play")(play)
 
 from agentrl.train._cli import register as _register_train  # noqa: E402

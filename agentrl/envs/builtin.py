@@ -44,3 +44,23 @@ register(
     rooms_file="ragen",
     rooms_set="6x6_1box",
 )
+register(
+    "code",
+    "agentrl.envs.code.env:CodeEnv",
+    source="agentrl",
+    requires=("docker",),
+    summary="Python problems with hidden unit tests, run in the Docker sandbox; revise on failure.",
+)
+register(
+    "tool-calc",
+    "agentrl.envs.tool.env:CalculatorEnv",
+    source="agentrl",
+    summary="Large-number arithmetic with a calculator tool (Hermes/Qwen2.5 tool calls).",
+)
+register(
+    "tool-python",
+    "agentrl.envs.tool.env:PythonToolEnv",
+    source="agentrl",
+    requires=("docker",),
+    summary="Counting tasks with a sandboxed Python tool (Hermes/Qwen2.5 tool calls).",
+)

@@ -1,0 +1,43 @@
+"""Rollouts: the engine protocol, HF and vLLM engines, and the multi-turn rollout loop.
+
+Names load lazily, so `import agentrl.rollout` does not import torch, transformers or vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "SamplingParams": "agentrl.rollout.engine",
+    "GenerationRequest": "agentrl.rollout.engine",
+    "Completion": "agentrl.rollout.engine",
+    "Engine": "agentrl.rollout.engine",
+    "generate_sync": "agentrl.rollout.engine",
+    "RolloutConfig": "agentrl.rollout.config",
+    "SamplingConfig": "agentrl.rollout.config",
+    "EngineConfig": "agentrl.rollout.config",
+    "RolloutResult": "agentrl.rollout.loop",
+    "arollout": "agentrl.rollout.loop",
+    "rollout": "agentrl.rollout.loop",
+    "rollout_metrics": "agentrl.rollout.loop",
+    "HFEngine": "agentrl.rollout.hf_engine",
+    "VLLMEngine": "agentrl.rollout.vllm_engine",
+    "RayEngine": "agentrl.rollout.ray_engine",
+    "load_model": "agentrl.rollout.models",
+    "load_tokenizer": "agentrl.rollout.models",
+    "resolve_model": "agentrl.rollout.models",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentrl.rollout' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -145,9 +145,13 @@ class VLLMEngine:
         t0 = time.perf_counter()
         folder = SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir()
         path = Path(folder) / f"agentrl-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}.safetensors"
-        tensors = {
-            name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()
-        }
+        tensors, seen = {}, set()
+        for name, t in state_dict.items():
+            t = t.detach().to("cpu").contiguous()
+            if t.untyped_storage().data_ptr() in seen:  # tied weights: safetensors wants copies
+                t = t.clone()
+            seen.add(t.untyped_storage().data_ptr())
+            tensors[name] = t
         try:
             save_file(tensors, str(path))
             self._call(

@@ -53,7 +53,8 @@ class LocalSandbox(Sandbox):
         argv += [
             "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             "--bind", workdir, "/work", "--chdir", "/work",
-            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+            "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work",
             "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         ]

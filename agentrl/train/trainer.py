@@ -157,6 +157,7 @@ class Trainer:
         if resume:
             self.logger.truncate_after(self.state.step)
         self.collapse = CollapseDetector(cfg.logging.collapse)
+        self._last_checkpoint_s: float | None = None
         self._pending: concurrent.futures.Future[RolloutResult] | None = None
         self._prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout")
 
@@ -197,14 +198,17 @@ class Trainer:
         if self.cfg.eval.every and step % self.cfg.eval.every == 0:
             with timer("eval"):
                 metrics |= self.evaluate()
-        every = self.cfg.checkpoint.every
-        if (every and step % every == 0) or step == self.cfg.trainer.num_steps:
-            with timer("checkpoint"):
-                self.save_checkpoint()
         metrics |= {f"time/{k}": v for k, v in timer.seconds.items()}
         metrics["time/step"] = sum(timer.seconds.values())
+        if self._last_checkpoint_s is not None:
+            metrics["time/last_checkpoint"], self._last_checkpoint_s = self._last_checkpoint_s, None
         metrics["weight_version"] = float(self.state.weight_version)
-        self.logger.log(step, metrics)
+        self.logger.log(step, metrics)  # before the checkpoint: a resume keeps this line
+        every = self.cfg.checkpoint.every
+        if (every and step % every == 0) or step == self.cfg.trainer.num_steps:
+            start = time.perf_counter()
+            self.save_checkpoint()
+            self._last_checkpoint_s = time.perf_counter() - start
         return metrics
 
     # -- stages -------------------------------------------------------------------------------

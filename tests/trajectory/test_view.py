@@ -31,12 +31,13 @@ def test_view_terminal_and_html(run) -> None:
     res = CliRunner().invoke(app, ["view", str(path), "--episode", "1", "--html", str(out)])
     assert res.exit_code == 0, res.output
     traj = trajs[1]
-    assert f"{traj.num_sampled_tokens} trained tokens" in res.output
+    flat = " ".join(res.output.split())
+    assert f"{traj.num_sampled_tokens} trained tokens" in flat
     assert "Start:" in res.output and "turns" in res.output
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page
-    assert len(re.findall(r"<span class='s'", page)) == traj.num_sampled_tokens
-    assert len(re.findall(r"<span class='[sp]'", page)) == sum(len(s) for s in traj.samples)
+    assert len(re.findall(r"<span class='s' title=", page)) == traj.num_sampled_tokens
+    assert len(re.findall(r"<span class='[sp]' title=", page)) == sum(len(s) for s in traj.samples)
     for turn in traj.turns:
         assert f"<td>{turn.reward:.3f}</td>" in page
 

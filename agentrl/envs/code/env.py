@@ -1,0 +1,158 @@
+"""The `code` env: write a Python function that passes hidden unit tests, in a sandbox."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+from typing import Any
+
+from agentrl.envs.base import Observation, TokenEnv
+from agentrl.envs.code.problems import Problem, load_problems
+from agentrl.sandbox import Sandbox, SandboxConfig, make_sandbox
+
+_BLOCK_RE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
+
+# Runs the solution, then each test; prints one result line tagged with a per-run nonce.
+_HARNESS = '''
+import json, os, sys, traceback
+_tests = json.loads(open("tests.json").read())
+_ns = {"__name__": "solution"}
+_results = []
+try:
+    exec(compile(open("setup.py").read() + "\\n", "setup.py", "exec"), _ns)
+    exec(compile(open("solution.py").read(), "solution.py", "exec"), _ns)
+    _error = None
+except BaseException as e:
+    _error = "".join(traceback.format_exception_only(type(e), e)).strip()
+for _t in _tests:
+    if _error is not None:
+        _results.append(_error)
+        continue
+    try:
+        exec(compile(_t, "test", "exec"), dict(_ns))
+        _results.append(None)
+    except BaseException as e:
+        _results.append("".join(traceback.format_exception_only(type(e), e)).strip() or type(e).__name__)
+sys.stdout.flush()
+os.write(1, ("\\n" + NONCE + json.dumps(_results) + "\\n").encode())
+'''
+
+_SHARED: dict[str, Sandbox] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_sandbox(config: SandboxConfig) -> Sandbox:
+    """One sandbox per distinct config for the whole process (envs in a pool share it)."""
+    key = config.model_dump_json()
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = make_sandbox(config)
+        return _SHARED[key]
+
+
+def extract_code(text: str) -> str | None:
+    """The last fenced code block (```python ... ```) in `text`, or None."""
+    blocks = _BLOCK_RE.findall(text)
+    return blocks[-1] if blocks else None
+
+
+class CodeEnv(TokenEnv):
+    """Programming problems with hidden unit tests, run in a sandbox; revise on failure."""
+
+    system_prompt = (
+        "You are an expert Python programmer. Solve the task by writing the requested function "
+        "or class. Reply with your complete solution in a single ```python code block. If tests "
+        "fail, you will see the failures and may answer again with a corrected solution."
+    )
+    max_turns = 3
+
+    def __init__(
+        self,
+        problems: str | None = None,
+        max_turns: int = 3,
+        timeout: float = 10.0,
+        sandbox: Sandbox | None = None,
+        sandbox_config: dict[str, Any] | None = None,
+        max_feedback_chars: int = 2000,
+    ):
+        super().__init__()
+        self.problems: list[Problem] = load_problems(problems)
+        self.max_turns = max_turns
+        self.timeout = timeout
+        self.max_feedback_chars = max_feedback_chars
+        self._sandbox = sandbox
+        self._sandbox_config = SandboxConfig(**(sandbox_config or {}))
+        self.problem: Problem | None = None
+        self.turn = 0
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox that runs the tests (shared per config, created on first use)."""
+        if self._sandbox is None:
+            self._sandbox = shared_sandbox(self._sandbox_config)
+        return self._sandbox
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Pick a problem (`options={"problem_id": ...}` picks one by id)."""
+        super().reset(seed=seed)
+        wanted = (options or {}).get("problem_id")
+        if wanted is not None:
+            matches = [p for p in self.problems if p.id == wanted]
+            if not matches:
+                raise ValueError(f"no problem with id {wanted!r}")
+            self.problem = matches[0]
+        else:
+            self.problem = self.problems[int(self.np_random.integers(len(self.problems)))]
+        self.turn = 0
+        return self.problem.prompt, {"problem_id": self.problem.id}
+
+    def run_tests(self, code: str) -> tuple[list[str | None], str]:
+        """Run the problem's tests on `code`: per-test error (None = passed), and run summary."""
+        assert self.problem is not None
+        nonce = "@@agentrl-result-" + secrets.token_hex(8) + "@@"
+        result = self.sandbox.run(
+            f"NONCE = {nonce!r}\n" + _HARNESS,
+            files={
+                "solution.py": code,
+                "setup.py": self.problem.setup,
+                "tests.json": json.dumps(self.problem.tests),
+            },
+            timeout=self.timeout,
+        )
+        for line in reversed(result.stdout.splitlines()):
+            if line.startswith(nonce):
+                return json.loads(line[len(nonce) :]), ""
+        why = result.summary(self.max_feedback_chars)
+        return [f"the test run did not finish: {why}"] * len(self.problem.tests), why
+
+    def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """Grade the code block in `action`; reward = fraction of tests passed (at the end)."""
+        self.require_reset()
+        assert self.problem is not None
+        self.turn += 1
+        last = self.turn >= self.max_turns
+        code = extract_code(action)
+        total = len(self.problem.tests)
+        if code is None:
+            info = {"valid": False, "passed": 0, "total": total, "success": False}
+            feedback = "No code block found. Put your full solution in one ```python code block."
+            return feedback, 0.0, last, False, info
+        errors, _ = self.run_tests(code)
+        passed = sum(e is None for e in errors)
+        success = passed == total
+        info = {"valid": True, "passed": passed, "total": total, "success": success}
+        reward = passed / total if (success or last) else 0.0
+        if success:
+            return f"All {total} tests passed.", reward, True, False, info
+        lines = [f"{passed}/{total} tests passed. Failing tests:"]
+        for test, error in zip(self.problem.tests, errors, strict=True):
+            if error is not None:
+                lines.append(f"- `{test.strip()}`\n  -> {error}")
+        feedback = "\n".join(lines)
+        if len(feedback) > self.max_feedback_chars:
+            feedback = feedback[: self.max_feedback_chars] + "\n..."
+        return feedback, reward, last, False, info

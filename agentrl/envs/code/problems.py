@@ -1,0 +1,74 @@
+"""Programming problems for the `code` env: the shipped set and a loader for JSONL files.
+
+A problem file has one JSON object per line with the fields:
+
+- `id` (str, required): a unique name.
+- `prompt` (str, required): the task as shown to the model (name the function to write).
+- `tests` (list of str, required): Python statements run after the solution, one test each;
+  a test passes when it raises nothing (typically an `assert`). Tests are hidden from the model;
+  the source of a failing test is shown in the feedback.
+- `setup` (str, optional): code run before the solution (imports, helpers).
+- `difficulty` (str, optional): a label such as `easy` or `medium`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUILTIN_PROBLEMS = Path(__file__).parent / "problems.jsonl"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One programming task with hidden unit tests."""
+
+    id: str
+    prompt: str
+    tests: list[str]
+    setup: str = ""
+    difficulty: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def load_problems(path: str | Path | None = None) -> list[Problem]:
+    """Problems from a JSONL file (fields in the module docstring); the shipped set by default.
+
+    Raises ValueError naming the file and line of a malformed problem.
+    """
+    path = Path(path) if path is not None else BUILTIN_PROBLEMS
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e})") from None
+            missing = [k for k in ("id", "prompt", "tests") if k not in row]
+            if missing:
+                raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+            tests = row["tests"]
+            if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+                raise ValueError(f"{where}: `tests` must be a non-empty list of strings")
+            if row["id"] in seen:
+                raise ValueError(f"{where}: duplicate problem id {row['id']!r}")
+            seen.add(row["id"])
+            known = {"id", "prompt", "tests", "setup", "difficulty"}
+            problems.append(
+                Problem(
+                    id=str(row["id"]),
+                    prompt=str(row["prompt"]),
+                    tests=list(tests),
+                    setup=str(row.get("setup", "")),
+                    difficulty=str(row.get("difficulty", "")),
+                    extra={k: v for k, v in row.items() if k not in known},
+                )
+            )
+    if not problems:
+        raise ValueError(f"{path}: no problems found")
+    return problems

@@ -1,0 +1,161 @@
+"""Tool-calling envs in the Qwen2.5/Hermes format, and two built-ins: `tool-calc`, `tool-python`.
+
+The model calls tools with `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; each
+result comes back as a `tool` role message. `env.tools` holds the schemas to pass to the
+tokenizer's chat template (`tools=`). The episode ends when the model answers without a tool
+call: the final `<answer>...</answer>` is scored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.envs.base import Message, Observation, TokenEnv
+from agentrl.envs.parsing import parse_answer
+from agentrl.envs.tool.calculator import calculate
+from agentrl.envs.tool.http import ToolError
+from agentrl.envs.tool.tools import Tool, ToolArgumentError, parse_tool_calls, tool
+
+MAX_TOOL_OUTPUT_CHARS = 4000
+MAX_CALLS_PER_TURN = 4
+
+
+class ToolEnv(TokenEnv):
+    """Base class: subclasses set `toolset` in `__init__` and implement `new_task`/`score`."""
+
+    system_prompt = (
+        "Solve the task. You may call the provided tools: write "
+        '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> and wait for the result. '
+        "When you know the answer, reply with <answer>...</answer> and no tool call."
+    )
+    max_turns = 6
+
+    def __init__(self, toolset: list[Tool], max_turns: int = 6):
+        super().__init__()
+        self.toolset = {t.name: t for t in toolset}
+        self.max_turns = max_turns
+        self.turn = 0
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """Tool schemas for the chat template (`tokenizer.apply_chat_template(..., tools=)`)."""
+        return [t.schema() for t in self.toolset.values()]
+
+    def new_task(self) -> tuple[str, Any]:
+        """A task prompt and the hidden expected answer (use `self.np_random`)."""
+        raise NotImplementedError
+
+    def score(self, answer: str | None) -> tuple[float, bool]:
+        """Reward and success for the final answer text (None: no `<answer>` given)."""
+        raise NotImplementedError
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Draw a new task."""
+        super().reset(seed=seed)
+        self.turn = 0
+        prompt, self.expected = self.new_task()
+        return prompt, {"tools": [t for t in self.toolset]}
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool; every failure becomes error text for the model, never an exception."""
+        if name not in self.toolset:
+            return f"Error: unknown tool {name!r}. Available: {', '.join(self.toolset)}."
+        try:
+            output = self.toolset[name](**arguments)
+        except ToolArgumentError as e:
+            return f"Error: invalid arguments for {name}: {e}"
+        except (ToolError, ValueError, ArithmeticError) as e:
+            return f"Error: {e}"
+        if len(output) > MAX_TOOL_OUTPUT_CHARS:
+            output = output[:MAX_TOOL_OUTPUT_CHARS] + "\n(output truncated)"
+        return output
+
+    def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """Run the tool calls in `action`, or score its final answer when it has none."""
+        self.require_reset()
+        self.turn += 1
+        calls = parse_tool_calls(action)
+        if calls:
+            messages: list[Message] = []
+            for call in calls[:MAX_CALLS_PER_TURN]:
+                text = f"Error: {call.error}" if call.error else self.call_tool(call.name, call.arguments)
+                messages.append({"role": "tool", "content": text})
+            if len(calls) > MAX_CALLS_PER_TURN:
+                messages.append({"role": "tool", "content": f"Error: at most {MAX_CALLS_PER_TURN} tool calls per turn; the rest were ignored."})
+            last = self.turn >= self.max_turns
+            info: dict[str, Any] = {"tool_calls": len(calls)}
+            if last:
+                info["success"] = False
+            return messages, 0.0, last, False, info
+        reward, success = self.score(parse_answer(action))
+        return "Episode finished.", reward, True, False, {"success": success}
+
+
+class CalculatorEnv(ToolEnv):
+    """Arithmetic with large numbers; a `calculate` tool is available."""
+
+    def __init__(self, max_turns: int = 6):
+        super().__init__([calculate], max_turns=max_turns)
+
+    def new_task(self) -> tuple[str, int]:
+        a, b, c = (int(x) for x in self.np_random.integers(1000, 100000, size=3))
+        d = int(self.np_random.integers(2, 99))
+        value = a * b - c * d
+        return f"What is {a} * {b} - {c} * {d}? Answer with an integer in <answer>...</answer>.", value
+
+    def score(self, answer: str | None) -> tuple[float, bool]:
+        """1.0 for the exact integer, else 0."""
+        try:
+            ok = answer is not None and int(answer.replace(",", "").strip()) == self.expected
+        except ValueError:
+            ok = False
+        return float(ok), ok
+
+
+class PythonToolEnv(ToolEnv):
+    """Counting tasks best solved by running Python; a sandboxed `python` tool is available."""
+
+    def __init__(
+        self,
+        max_turns: int = 6,
+        timeout: float = 5.0,
+        sandbox: Any = None,
+        sandbox_config: dict[str, Any] | None = None,
+    ):
+        self._sandbox = sandbox
+        self._sandbox_config = sandbox_config or {}
+        self.timeout = timeout
+        super().__init__([self._python_tool()], max_turns=max_turns)
+
+    @property
+    def sandbox(self) -> Any:
+        """The sandbox the `python` tool runs in (shared per config, created on first use)."""
+        if self._sandbox is None:
+            from agentrl.envs.code.env import shared_sandbox
+            from agentrl.sandbox import SandboxConfig
+
+            self._sandbox = shared_sandbox(SandboxConfig(**self._sandbox_config))
+        return self._sandbox
+
+    def _python_tool(self) -> Tool:
+        @tool(name="python", schema={"type": "object", "properties": {"code": {
+            "type": "string", "maxLength": 100_000,
+            "description": "Python 3 source; print what you want to see."}},
+            "required": ["code"], "additionalProperties": False})
+        def run_python(code: str) -> str:
+            """Run Python code in a sandbox (no network, 5 s) and return its output."""
+            return self.sandbox.run(code, timeout=self.timeout).summary(MAX_TOOL_OUTPUT_CHARS)
+
+        return run_python
+
+    def new_task(self) -> tuple[str, int]:
+        n = int(self.np_random.integers(1000, 50000))
+        k = int(self.np_random.integers(3, 10))
+        expected = sum(1 for i in range(1, n + 1) if i % k == 0 or str(k) in str(i))
+        prompt = (f"How many integers from 1 to {n} are divisible by {k} or contain the digit "
+                  f"{k}? Answer with an integer in <answer>...</answer>.")
+        return prompt, expected
+
+    score = CalculatorEnv.score

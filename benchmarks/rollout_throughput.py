@@ -1,0 +1,199 @@
+"""Rollout throughput: loop overhead vs the bare engine, and async vs lockstep episodes.
+
+(a) overhead: agentrl's rollout wall time / the bare engine's time to generate the same
+    requests (same prompts, same number of sampled ids: `ignore_eos`), for each engine on the
+    same tiny model. Goal <= 1.10.
+(b) async vs lockstep: agentrl's per-episode tasks against a lockstep rollout (all episodes
+    advance turn by turn together, as RAGEN does), with env step latency drawn from
+    0-200 ms. Goal >= 2x. The lockstep baseline steps envs in parallel threads (the stronger
+    baseline) and, as RAGEN does, one after another.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_throughput.py --engines hf
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_throughput.py --engines hf,vllm
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+class RecordingEngine:
+    """Wraps an engine and keeps every request it was given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.requests: list[Any] = []
+
+    @property
+    def weight_version(self) -> int:
+        return self.inner.weight_version
+
+    async def generate(self, requests: Any) -> Any:
+        self.requests.extend(requests)
+        return await self.inner.generate(requests)
+
+    def update_weights(self, state_dict: Any, version: int) -> None:
+        self.inner.update_weights(state_dict, version)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def build(engine: str, model: str) -> Any:
+    if engine == "vllm":
+        from agentrl.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model)
+    from agentrl.rollout.hf_engine import HFEngine
+
+    return HFEngine(model, num_threads=1)
+
+
+def overhead(engine_name: str, model: str, episodes: int, turns: int, new_tokens: int) -> None:
+    """(a): rollout time / bare-engine time for the same requests."""
+    from agentrl.rollout.config import RolloutConfig
+    from agentrl.rollout.engine import SamplingParams
+    from agentrl.rollout.loop import rollout
+    from agentrl.rollout.models import load_tokenizer
+    from agentrl.trajectory.testing import ScriptedEnv
+
+    tok = load_tokenizer(model)
+    engine = RecordingEngine(build(engine_name, model))
+    env = functools.partial(ScriptedEnv, min_steps=turns, max_steps=turns)
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, seed=1)
+    cfg = RolloutConfig(max_turns=turns, max_context_tokens=4096)
+    try:
+        rollout(engine, env, tok, [100], group_size=2, cfg=cfg, sampling=sampling)  # warm-up
+        engine.requests.clear()
+        t0 = time.perf_counter()
+        result = rollout(engine, env, tok, list(range(episodes)), group_size=1, cfg=cfg,
+                         sampling=sampling)  # fmt: skip
+        ours = time.perf_counter() - t0
+        # the same requests, straight to the engine, one batch per turn
+        by_turn: dict[int, list[Any]] = {}
+        seen: dict[str, int] = {}
+        for req in engine.requests:
+            k = seen.get(req.session_id, 0)
+            seen[req.session_id] = k + 1
+            by_turn.setdefault(k, []).append(replace(req, session_id=None))
+
+        async def bare() -> float:
+            start = time.perf_counter()
+            for k in sorted(by_turn):
+                if by_turn[k]:
+                    await engine.inner.generate(by_turn[k])
+            return time.perf_counter() - start
+
+        bare_s = asyncio.run(bare())
+    finally:
+        engine.close()
+    sampled = int(result.metrics["rollout/num_sampled_tokens"])
+    print(
+        f"(a) {engine_name}: {episodes} episodes x {turns} turns x {new_tokens} ids "
+        f"({sampled} ids): rollout {ours:.2f} s, bare engine {bare_s:.2f} s, "
+        f"ratio {ours / bare_s:.3f} (goal <= 1.10)"
+    )
+
+
+def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) -> None:
+    """(b): per-episode tasks vs lockstep turns, env latency uniform in 0-200 ms."""
+    from agentrl.rollout.config import RolloutConfig
+    from agentrl.rollout.engine import GenerationRequest, SamplingParams
+    from agentrl.rollout.loop import rollout
+    from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
+    from agentrl.trajectory.testing import (
+        ScriptedEngine,
+        ScriptedEnv,
+        build_tokenizer,
+        plain_vocab_ids,
+    )
+
+    tok = build_tokenizer("chatml")
+    bridge = ChatBridge(tok)
+    env = functools.partial(
+        ScriptedEnv, latency_s=(0.0, 0.2), min_steps=turns // 2, max_steps=turns
+    )
+    sampling = SamplingParams(max_new_tokens=16, stop_token_ids=bridge.stop_token_ids)
+    cfg = RolloutConfig(max_turns=turns, num_env_workers=episodes)
+    engine = ScriptedEngine(plain_vocab_ids(tok), seed=seed, delay_s=gen_delay_s)
+    t0 = time.perf_counter()
+    result = rollout(engine, env, tok, list(range(episodes)), group_size=1, cfg=cfg,
+                     sampling=sampling, bridge=bridge)  # fmt: skip
+    ours = time.perf_counter() - t0
+    turns_done = sum(t.num_turns for t in result.trajectories)
+
+    def lockstep(parallel_env: bool) -> tuple[float, int]:
+        engine = ScriptedEngine(plain_vocab_ids(tok), seed=seed, delay_s=gen_delay_s)
+        envs = [env() for _ in range(episodes)]
+        pool = ThreadPoolExecutor(episodes)
+        start = time.perf_counter()
+        obs = [e.reset(seed=i)[0] for i, e in enumerate(envs)]
+        records = [EpisodeTokens(bridge, e.system_prompt, o) for e, o in zip(envs, obs, strict=True)]
+        active = list(range(episodes))
+        n = 0
+        for _ in range(turns):
+            if not active:
+                break
+            reqs = [GenerationRequest(records[i].prompt_ids, sampling, f"0-{i}") for i in active]
+            comps = asyncio.run(engine.generate(reqs))  # one batch: everyone waits for it
+            actions = []
+            for i, c in zip(active, comps, strict=True):
+                records[i].add_completion(c.token_ids, c.logp, 0)
+                actions.append(bridge.decode(c.token_ids, skip_special_tokens=True))
+            if parallel_env:
+                steps = list(pool.map(lambda ia: envs[ia[0]].step(ia[1]), zip(active, actions)))
+            else:
+                steps = [envs[i].step(a) for i, a in zip(active, actions, strict=True)]
+            n += len(active)
+            still = []
+            for i, (o, _, term, trunc, _) in zip(active, steps, strict=True):
+                if not (term or trunc):
+                    ids = records[i].next_ids(o, [])
+                    records[i].add_observation(o, ids, 0)
+                    still.append(i)
+            active = still
+        pool.shutdown()
+        return time.perf_counter() - start, n
+
+    par_s, par_turns = lockstep(parallel_env=True)
+    seq_s, seq_turns = lockstep(parallel_env=False)
+    assert par_turns == seq_turns == turns_done, (par_turns, seq_turns, turns_done)
+    print(
+        f"(b) {episodes} episodes, {turns_done} turns, env latency U(0, 200 ms), "
+        f"generation {gen_delay_s * 1000:.0f} ms/call: async {ours:.2f} s; "
+        f"lockstep (parallel env steps) {par_s:.2f} s = {par_s / ours:.2f}x; "
+        f"lockstep (sequential env steps, RAGEN) {seq_s:.2f} s = {seq_s / ours:.2f}x "
+        "(goal >= 2x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="hf", help="comma list of hf, vllm ('' skips a)")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--lockstep-episodes", type=int, default=32)
+    parser.add_argument("--lockstep-turns", type=int, default=8)
+    parser.add_argument("--gen-delay-ms", type=float, default=20.0)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    async_vs_lockstep(args.lockstep_episodes, args.lockstep_turns, args.gen_delay_ms / 1000, 0)
+    for name in filter(None, args.engines.split(",")):
+        overhead(name, args.model, args.episodes, args.turns, args.new_tokens)
+
+
+if __name__ == "__main__":
+    main()
