@@ -29,7 +29,9 @@ from agentrl.train.config import (
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
+    )
 
 
 class EnvConfig(_Section):
@@ -159,3 +161,19 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def dump_config(cfg: BaseModel) -> str:
     """The resolved config as YAML."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def config_keys(model: type[BaseModel] = TrainConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of a config model (nested sections expanded), in declaration order.
+
+    >>> "trainer.lora.r" in config_keys()
+    True
+    """
+    keys = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys += config_keys(annotation, f"{prefix}{name}.")
+        else:
+            keys.append(f"{prefix}{name}")
+    return keys

@@ -137,7 +137,9 @@ def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) 
         pool = ThreadPoolExecutor(episodes)
         start = time.perf_counter()
         obs = [e.reset(seed=i)[0] for i, e in enumerate(envs)]
-        records = [EpisodeTokens(bridge, e.system_prompt, o) for e, o in zip(envs, obs, strict=True)]
+        records = [
+            EpisodeTokens(bridge, e.system_prompt, o) for e, o in zip(envs, obs, strict=True)
+        ]
         active = list(range(episodes))
         n = 0
         for _ in range(turns):
@@ -150,7 +152,9 @@ def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) 
                 records[i].add_completion(c.token_ids, c.logp, 0)
                 actions.append(bridge.decode(c.token_ids, skip_special_tokens=True))
             if parallel_env:
-                steps = list(pool.map(lambda ia: envs[ia[0]].step(ia[1]), zip(active, actions)))
+                steps = list(
+                    pool.map(lambda ia: envs[ia[0]].step(ia[1]), zip(active, actions, strict=True))
+                )
             else:
                 steps = [envs[i].step(a) for i, a in zip(active, actions, strict=True)]
             n += len(active)

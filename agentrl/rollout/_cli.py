@@ -16,7 +16,9 @@ def build_engine(
         try:
             from agentrl.rollout.ray_engine import RayEngine
         except ImportError as e:
-            raise typer.BadParameter(f"Ray hosting is not available: {e}", param_hint="--ray")
+            raise typer.BadParameter(
+                f"Ray hosting is not available: {e}", param_hint="--ray"
+            ) from e
         return RayEngine(model, engine=engine, num_replicas=num_replicas)
     if engine == "vllm":
         from agentrl.rollout.vllm_engine import VLLMEngine
@@ -33,7 +35,9 @@ def build_engine(
 
 def rollout_cmd(
     env: Annotated[str, typer.Option("--env", help="Registered env name or module:Class.")],
-    model: Annotated[str, typer.Option("--model", help="Alias (tiny, smollm2-135m), path or HF id.")],
+    model: Annotated[
+        str, typer.Option("--model", help="Alias (tiny, smollm2-135m), path or HF id.")
+    ],
     out: Annotated[Path, typer.Option("--out", help="Run directory; trajectories go under it.")],
     engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
     ray: Annotated[bool, typer.Option("--ray", help="Host the engine as Ray replicas.")] = False,
@@ -44,8 +48,12 @@ def rollout_cmd(
         int | None, typer.Option("--max-turns", help="Turn limit (default: the env's).")
     ] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Per turn.")] = 128,
-    max_context_tokens: Annotated[int, typer.Option("--max-context-tokens", help="Sequence budget.")] = 4096,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 1.0,
+    max_context_tokens: Annotated[
+        int, typer.Option("--max-context-tokens", help="Sequence budget.")
+    ] = 4096,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Sampling temperature.")
+    ] = 1.0,
     fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet.")] = "jsonl",
     step: Annotated[int, typer.Option("--step", help="Step number of the file written.")] = 0,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,

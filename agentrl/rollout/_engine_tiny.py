@@ -118,8 +118,12 @@ def build_tiny(dest: Path) -> None:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # single-threaded BPE training: same merges
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
-    from transformers import Qwen2ForCausalLM
+    from transformers import (
+        GenerationConfig,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -199,9 +199,7 @@ class HFEngine:
                 f"in the model's context ({self.max_context})"
             )
         stop_ids = [
-            set()
-            if r.params.ignore_eos
-            else set(r.params.stop_token_ids or self.default_stop_ids)
+            set() if r.params.ignore_eos else set(r.params.stop_token_ids or self.default_stop_ids)
             for r in requests
         ]
         generators = []
@@ -260,7 +258,9 @@ class HFEngine:
                 position_ids = position_ids[index]
                 active = [active[row] for row in keep]
             input_ids = torch.tensor(next_ids, device=self.device).unsqueeze(1)  # [B, 1]
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(active), 1))], 1)
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones((len(active), 1))], 1
+            )
             position_ids = position_ids[:, -1:] + 1
         return [
             Completion(out_ids[i], out_logp[i], reasons[i], self.weight_version) for i in range(n)

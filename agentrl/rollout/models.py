@@ -90,7 +90,9 @@ def _convert_smollm2(dest: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     if not tokenizer.chat_template:
         raise RuntimeError(f"{gguf} carries no chat template; cannot build a chat model from it")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
     # The weights are dequantized fp32 tensors now; drop the GGUF quantizer so the folder is a
     # plain checkpoint (save_pretrained refuses a model that still has one attached).
     model.hf_quantizer = None

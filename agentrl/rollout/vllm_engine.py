@@ -106,7 +106,9 @@ class VLLMEngine:
         self.stats = {"requests": 0, "sampled_tokens": 0, "start_s": 0.0, "last_update_s": 0.0}
         """Requests served, ids sampled, engine start seconds, last weight-update seconds."""
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="vllm-loop", daemon=True
+        )
         self._thread.start()
         self._closed = False
         t0 = time.perf_counter()
@@ -118,9 +120,7 @@ class VLLMEngine:
         self.stats["start_s"] = time.perf_counter() - t0
         eos = self._llm.vllm_config.model_config.hf_config.eos_token_id
         gen_eos = getattr(self._llm.get_tokenizer(), "eos_token_id", None)
-        self.default_stop_ids = tuple(
-            sorted({int(e) for e in _as_list(eos) + _as_list(gen_eos)})
-        )
+        self.default_stop_ids = tuple(sorted({int(e) for e in _as_list(eos) + _as_list(gen_eos)}))
 
     # -- Engine protocol -------------------------------------------------------------------
 

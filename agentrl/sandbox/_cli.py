@@ -49,12 +49,20 @@ def check(
         ("hello", "print('hello')", 5, lambda r: r.stdout == "hello\n"),
         ("non-root", "import os; print(os.getuid())", 5, lambda r: r.stdout.strip() != "0"),
         ("timeout", "while True: pass", 1, lambda r: r.timed_out),
-        ("no network", "import socket; print([n for _, n in socket.if_nameindex()])", 5,
-         lambda r: r.stdout.strip() in ("['lo']", "[]")),
+        (
+            "no network",
+            "import socket; print([n for _, n in socket.if_nameindex()])",
+            5,
+            lambda r: r.stdout.strip() in ("['lo']", "[]"),
+        ),
         ("read-only root", "open('/usr/x', 'w')", 5, lambda r: r.exit_code != 0),
         ("output cap", "print('x' * 10_000_000)", 5, lambda r: r.truncated),
-        ("memory limit", "a = []\nwhile True: a.append(b'x' * (16 << 20))", 5,
-         lambda r: r.oom_killed or "MemoryError" in r.stderr),
+        (
+            "memory limit",
+            "a = []\nwhile True: a.append(b'x' * (16 << 20))",
+            5,
+            lambda r: r.oom_killed or "MemoryError" in r.stderr,
+        ),
     ]
     table = Table(title=f"agentrl sandbox check ({backend})")
     for column in ("check", "result", "time (ms)"):

@@ -38,7 +38,7 @@ except Exception:  # pragma: no cover - ctypes missing from a stripped image
     _LIBC = None
 import runpy
 
-LIMITS = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+LIMITS = json.loads(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else {}
 WORK_ROOT = LIMITS.get("work_root", "/work")
 MAX_OUTPUT = int(LIMITS.get("max_output_bytes", 1 << 20))
 MAX_FILE = int(LIMITS.get("max_file_bytes", 32 << 20))
@@ -188,7 +188,9 @@ def _run_python_child(code_path, workdir, timeout):
             io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace"
         )
         sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+            io.FileIO(2, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
             line_buffering=True,
         )
         sys.argv = [code_path]
@@ -221,12 +223,12 @@ def _run_python_child(code_path, workdir, timeout):
 
 def _run(req, seq):
     timeout = float(req.get("timeout", 10.0))
-    workdir = os.path.join(WORK_ROOT, "run-%d" % seq)
+    workdir = os.path.join(WORK_ROOT, f"run-{seq}")
     os.mkdir(workdir, 0o700)
     for name, blob in (req.get("files") or {}).items():
         path = os.path.normpath(os.path.join(workdir, name))
         if not path.startswith(workdir + "/"):
-            raise ValueError("file name %r leaves the work directory" % name)
+            raise ValueError(f"file name {name!r} leaves the work directory")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(base64.b64decode(blob))

@@ -51,7 +51,11 @@ class ExecResult:
             parts.append(f"Exit code {self.exit_code}.")
         for name, text in (("stdout", self.stdout), ("stderr", self.stderr)):
             if text.strip():
-                text = text if len(text) <= max_chars else text[: max_chars // 2] + "\n...\n" + text[-max_chars // 2 :]
+                text = (
+                    text
+                    if len(text) <= max_chars
+                    else text[: max_chars // 2] + "\n...\n" + text[-max_chars // 2 :]
+                )
                 parts.append(f"{name}:\n{text.rstrip()}")
         if self.truncated:
             parts.append("(output truncated)")
@@ -106,6 +110,7 @@ class Sandbox(ABC):
 
     def close(self) -> None:
         """Release every resource the sandbox holds. Safe to call twice."""
+        return None  # nothing held by default; pools override this
 
     def __enter__(self) -> Sandbox:
         return self

@@ -64,8 +64,23 @@ def connect(timeout: float = 10.0) -> Any:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except Exception as e:
-        raise SandboxUnavailableError(f"no Docker daemon answers ({e}). {HOW_TO_START_DOCKER}") from e
+        raise SandboxUnavailableError(
+            f"no Docker daemon answers ({e}). {HOW_TO_START_DOCKER}"
+        ) from e
     return client
+
+
+def unavailable_reason(image: str = "agentrl-sandbox:latest") -> str | None:
+    """Why `DockerSandbox(image=image)` cannot start here, or None when it can."""
+    try:
+        client = connect(timeout=5)
+    except SandboxUnavailableError as e:
+        return str(e)
+    try:
+        client.images.get(image)
+    except Exception:
+        return f"sandbox image {image!r} missing: run `agentrl sandbox build --offline`"
+    return None
 
 
 def _owner() -> str:
@@ -154,7 +169,9 @@ class _Worker:
             self.destroy()
             raise
 
-    def request(self, header: dict[str, Any], deadline: float) -> tuple[dict[str, Any], bytes, bytes]:
+    def request(
+        self, header: dict[str, Any], deadline: float
+    ) -> tuple[dict[str, Any], bytes, bytes]:
         """Send one request and read its response; `socket.timeout` past `deadline`."""
         data = json.dumps(header).encode()
         self._raw.settimeout(max(deadline - time.monotonic(), 0.001))
@@ -322,7 +339,9 @@ class DockerSandbox(Sandbox):
                     "", "", -1, duration=duration, sandbox_error=f"container failed: {e!r}"
                 )
             worker.uses += 1
-            bad = header.get("timed_out") or header.get("oom_killed") or not header.get("clean", True)
+            bad = (
+                header.get("timed_out") or header.get("oom_killed") or not header.get("clean", True)
+            )
             leftover = header.get("leftover_processes", 0) and self.config.replace_on_leftover
             if bad or leftover or worker.uses >= self.config.max_uses:
                 self._replace(worker)
@@ -384,8 +403,12 @@ class DockerSandbox(Sandbox):
         self._spawner.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             workers, self._workers = list(self._workers), set()
-        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
-            list(pool.map(_Worker.destroy, workers))
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
+                list(pool.map(_Worker.destroy, workers))
+        except RuntimeError:  # at interpreter exit no new threads start: one by one
+            for worker in workers:
+                worker.destroy()
 
 
 # -- removal at exit, Ctrl-C and SIGTERM ------------------------------------------------

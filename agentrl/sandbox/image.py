@@ -19,10 +19,16 @@ from agentrl.sandbox.docker import connect
 DOCKERFILE = Path(__file__).parent / "Dockerfile"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 OFFLINE_PACKAGES = ("python3", "ca-certificates")
-IMAGE_CHANGES = ['USER 1000:1000', "WORKDIR /work", 'CMD ["python3"]', "ENV LANG=C.UTF-8"]
+IMAGE_CHANGES = ["USER 1000:1000", "WORKDIR /work", 'CMD ["python3"]', "ENV LANG=C.UTF-8"]
 # Trimmed from the offline root filesystem: package caches and documentation.
-_TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-         "usr/share/locale", "usr/share/info")
+_TRIM = (
+    "var/cache/apt/archives",
+    "var/lib/apt/lists",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/locale",
+    "usr/share/info",
+)
 
 
 def image_exists(image: str = DEFAULT_IMAGE, client: Any = None) -> bool:
@@ -65,9 +71,16 @@ def build_offline(
         root = Path(tmp) / "root"
         log(f"debootstrap {suite} from {mirror} into {root} ...")
         subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(OFFLINE_PACKAGES)}",
-             suite, str(root), mirror],
-            check=True, stdout=subprocess.DEVNULL,
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(OFFLINE_PACKAGES)}",
+                suite,
+                str(root),
+                mirror,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         _add_user(root)
         for rel in _TRIM:
@@ -77,8 +90,17 @@ def build_offline(
         tarball = Path(tmp) / "root.tar"
         log("packing the root filesystem ...")
         subprocess.run(
-            ["tar", "-C", str(root), "--exclude=./proc/*", "--exclude=./sys/*",
-             "--exclude=./dev/*", "-cf", str(tarball), "."],
+            [
+                "tar",
+                "-C",
+                str(root),
+                "--exclude=./proc/*",
+                "--exclude=./sys/*",
+                "--exclude=./dev/*",
+                "-cf",
+                str(tarball),
+                ".",
+            ],
             check=True,
         )
         repository, _, tag = image.partition(":")

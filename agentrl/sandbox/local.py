@@ -51,12 +51,38 @@ class LocalSandbox(Sandbox):
             if target.startswith("/usr/"):
                 argv += ["--symlink", target.lstrip("/"), f"/{link}"]
         argv += [
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--bind", workdir, "/work", "--chdir", "/work",
-            "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/work",
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--bind",
+            workdir,
+            "/work",
+            "--chdir",
+            "/work",
+            "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            "65534",
+            "--gid",
+            "65534",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/work",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "PYTHONDONTWRITEBYTECODE",
+            "1",
         ]
         return argv + command
 
@@ -103,8 +129,12 @@ class LocalSandbox(Sandbox):
     def _execute(self, argv: list[str], stdin_file: Any, timeout: float) -> ExecResult:
         start = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, preexec_fn=self._limits(timeout),
+            argv,
+            stdin=stdin_file,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=self._limits(timeout),
         )
         cap = self.config.max_output_bytes
         bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}

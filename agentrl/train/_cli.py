@@ -43,7 +43,9 @@ def resolve_train_config(
         base = yaml.safe_load(Path(base_file).read_text()) or {}
     else:
         defaults = Path(__file__).with_name("defaults") / "cpu.yaml"
-        base = _deep_merge(yaml.safe_load(defaults.read_text()), load_preset(preset or DEFAULT_PRESET))
+        base = _deep_merge(
+            yaml.safe_load(defaults.read_text()), load_preset(preset or DEFAULT_PRESET)
+        )
     flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
     return load_config(config_file, flag_overrides + list(overrides), base=base)
 
@@ -59,27 +61,39 @@ def train(
     model: Annotated[
         str | None, typer.Option("--model", help="Model alias (tiny, smollm2-135m), HF id or path.")
     ] = None,
-    engine: Annotated[str | None, typer.Option("--engine", help="Inference engine: hf or vllm.")] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="Inference engine: hf or vllm.")
+    ] = None,
     backend: Annotated[
         str | None, typer.Option("--backend", help="Training backend: local, fsdp2 or deepspeed.")
     ] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run the engines as Ray actors.")] = False,
     config: Annotated[
-        Path | None, typer.Option("-c", "--config", help="YAML config file (sections as in --print-config).")
+        Path | None,
+        typer.Option("-c", "--config", help="YAML config file (sections as in --print-config)."),
     ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Dotted override key=value (repeatable).")
     ] = None,
     preset: Annotated[
         str | None,
-        typer.Option("--preset", help="Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++."),
+        typer.Option(
+            "--preset",
+            help="Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++.",
+        ),
     ] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Training steps (trainer.num_steps).")] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="Training steps (trainer.num_steps).")
+    ] = None,
     run_dir: Annotated[
-        Path | None, typer.Option("--run-dir", help="Run directory (default runs/<env>-<model>-<time>).")
+        Path | None,
+        typer.Option("--run-dir", help="Run directory (default runs/<env>-<model>-<time>)."),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue the run in this directory from its last checkpoint.")
+        Path | None,
+        typer.Option(
+            "--resume", help="Continue the run in this directory from its last checkpoint."
+        ),
     ] = None,
     print_config: Annotated[
         bool, typer.Option("--print-config", help="Print the resolved config as YAML and exit.")
@@ -107,7 +121,10 @@ def train(
         run_dir = resume
     try:
         cfg = resolve_train_config(
-            config_file=config, overrides=overrides or [], preset=preset, flags=flags,
+            config_file=config,
+            overrides=overrides or [],
+            preset=preset,
+            flags=flags,
             base_file=base_file,
         )
     except (ConfigError, UnknownPresetError) as e:
@@ -130,13 +147,22 @@ def train(
 
 
 def eval_cmd(
-    model: Annotated[str, typer.Option("--model", help="Run dir, checkpoint, model folder, alias or HF id.")],
+    model: Annotated[
+        str, typer.Option("--model", help="Run dir, checkpoint, model folder, alias or HF id.")
+    ],
     env: Annotated[str, typer.Option("--env", help="Env name or module.path:Class.")] = "sokoban",
-    episodes: Annotated[int, typer.Option("--episodes", help="Validation episodes (fixed seeds).")] = 32,
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.5,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Ids sampled per turn.")] = 64,
+    episodes: Annotated[
+        int, typer.Option("--episodes", help="Validation episodes (fixed seeds).")
+    ] = 32,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Sampling temperature.")
+    ] = 0.5,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", help="Ids sampled per turn.")
+    ] = 64,
     seed_offset: Annotated[
-        int, typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds).")
+        int,
+        typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds)."),
     ] = 1_000_000,
     engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
     overrides: Annotated[
@@ -151,8 +177,8 @@ def eval_cmd(
     from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
     from agentrl.rollout.models import load_tokenizer
     from agentrl.train.checkpoint import model_dir
-    from agentrl.train.evaluate import evaluate
     from agentrl.train.engines import SeededEngine, build_engine
+    from agentrl.train.evaluate import evaluate
 
     path = Path(model)
     if path.exists():
@@ -178,9 +204,14 @@ def eval_cmd(
     runner = SeededEngine(build_engine(cfg, model_path))
     try:
         result = evaluate(
-            runner, functools.partial(make, env, **env_kwargs), tokenizer,
-            num_episodes=episodes, seed_offset=seed_offset,
-            rollout_cfg=RolloutConfig(), sampling=sampling.to_params(), env_name=env,
+            runner,
+            functools.partial(make, env, **env_kwargs),
+            tokenizer,
+            num_episodes=episodes,
+            seed_offset=seed_offset,
+            rollout_cfg=RolloutConfig(),
+            sampling=sampling.to_params(),
+            env_name=env,
         )
     finally:
         runner.close()
@@ -217,7 +248,9 @@ def export(
 
 def plot(
     runs: Annotated[list[Path], typer.Argument(help="Run directories (one line each).")],
-    out: Annotated[Path | None, typer.Option("--out", help="PNG file (default <first run>/curves.png).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="PNG file (default <first run>/curves.png).")
+    ] = None,
 ) -> None:
     """Draw learning curves (reward, success, entropy, grad norm...) of runs into a PNG."""
     from agentrl.train.plot import plot_runs

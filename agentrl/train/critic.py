@@ -33,7 +33,9 @@ def build_critic(policy: nn.Module) -> nn.Module:
     return critic
 
 
-def token_values(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def token_values(
+    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Values aligned like token logprobs: `values[:, t]` is V(ids[:, :t]), the value of the
     state in which token t was sampled; column 0 is 0. `[B, T]` float32."""
     out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()

@@ -80,7 +80,9 @@ def build_engine(cfg: Any, model_path: Path) -> Engine:
         from agentrl.rollout.ray_engine import RayEngine
 
         return RayEngine(
-            str(model_path), engine=cfg.engine.name, num_replicas=cfg.engine.num_replicas,
+            str(model_path),
+            engine=cfg.engine.name,
+            num_replicas=cfg.engine.num_replicas,
             address=cfg.ray.address,
         )
     if cfg.engine.name == "vllm":

@@ -33,9 +33,7 @@ def apply_lora(model: nn.Module, cfg: LoraConfig) -> nn.Module:
     try:
         import peft
     except ImportError as e:
-        raise RuntimeError(
-            "trainer.lora.enabled needs peft: pip install 'agentrl[peft]'"
-        ) from e
+        raise RuntimeError("trainer.lora.enabled needs peft: pip install 'agentrl[peft]'") from e
     lora = peft.LoraConfig(
         r=cfg.r,
         lora_alpha=cfg.alpha,
@@ -83,9 +81,7 @@ class LocalBackend:
             model = apply_lora(model, lora)
         self.module = model
         """The unwrapped (fp32) model; `model` may wrap it for autocast."""
-        self.model: nn.Module = (
-            _Autocast(model, device.type) if device.type == "cuda" else model
-        )
+        self.model: nn.Module = _Autocast(model, device.type) if device.type == "cuda" else model
         self.model.train()
         self.optimizer = build_optimizer(model.parameters(), optim, lr=lr)
         self.scheduler = build_scheduler(self.optimizer, optim, num_optimizer_steps)
@@ -175,7 +171,9 @@ def load_weights_in_place(model: nn.Module, model_dir: Path) -> None:
     result = model.load_state_dict(state, strict=False)
     params = dict(model.named_parameters(remove_duplicate=False))
     loaded_ptrs = {params[k].data_ptr() for k in state if k in params}
-    untied = [k for k in result.missing_keys if k not in params or params[k].data_ptr() not in loaded_ptrs]
+    untied = [
+        k for k in result.missing_keys if k not in params or params[k].data_ptr() not in loaded_ptrs
+    ]
     if untied or result.unexpected_keys:
         raise RuntimeError(
             f"weights in {model_dir} do not match the model: missing {untied[:5]}, "

@@ -65,13 +65,18 @@ class CollapseDetector:
             k: deque(maxlen=cfg.window) for k in ("reward_std", "entropy", "grad_norm")
         }
 
-    def update(self, *, reward_std: float, entropy: float, grad_norm: float) -> tuple[bool, list[str]]:
+    def update(
+        self, *, reward_std: float, entropy: float, grad_norm: float
+    ) -> tuple[bool, list[str]]:
         """Add one step; return (warning, names of the signals that fired)."""
         latest = {"reward_std": reward_std, "entropy": entropy, "grad_norm": grad_norm}
         fired = []
         if all(len(h) == self.cfg.window for h in self.history.values()):
             mean = {k: float(np.mean(h)) for k, h in self.history.items()}
-            if mean["reward_std"] > 0 and reward_std < self.cfg.reward_std_drop * mean["reward_std"]:
+            if (
+                mean["reward_std"] > 0
+                and reward_std < self.cfg.reward_std_drop * mean["reward_std"]
+            ):
                 fired.append("reward_std")
             if mean["entropy"] > 0 and entropy < self.cfg.entropy_drop * mean["entropy"]:
                 fired.append("entropy")

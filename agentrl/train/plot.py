@@ -21,7 +21,9 @@ DEFAULT_KEYS = (
 """Metrics drawn when present in at least one run, one panel each."""
 
 
-def plot_runs(run_dirs: Sequence[Path], out: Path, *, keys: Sequence[str] = DEFAULT_KEYS) -> list[str]:
+def plot_runs(
+    run_dirs: Sequence[Path], out: Path, *, keys: Sequence[str] = DEFAULT_KEYS
+) -> list[str]:
     """Draw one panel per metric with one line per run into the PNG `out`.
 
     Returns the keys drawn. Raises ValueError when none of `keys` is in any run.

@@ -151,7 +151,9 @@ class RayTrainerGroup:
             raise ValueError(
                 f"got {len(args_per_rank)} argument tuples for {len(self.actors)} ranks"
             )
-        return ray.get([a.run.remote(fn, *args) for a, args in zip(self.actors, args_per_rank)])
+        return ray.get(
+            [a.run.remote(fn, *args) for a, args in zip(self.actors, args_per_rank, strict=True)]
+        )
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
         """Full weights on the driver, for the engines (gathered by all ranks, sent by rank 0)."""

@@ -25,13 +25,19 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def run_training(cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any | None = None) -> None:
+def run_training(
+    cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any | None = None
+) -> None:
     """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
     from agentrl.train.trainer import Trainer
 
     console = Console(stderr=True)
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=console, show_path=False)])
+        logging.basicConfig(
+            level=logging.INFO,
+            format="%(message)s",
+            handlers=[RichHandler(console=console, show_path=False)],
+        )
     trainer = Trainer(cfg, run_dir, resume=resume, engine=engine)
     total = cfg.trainer.num_steps
     if trainer.resumed_from is not None:
@@ -40,11 +46,14 @@ def run_training(cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any |
     try:
         if cfg.logging.progress:
             with _progress(console) as bar:
-                task = bar.add_task("train", total=total, completed=trainer.state.step, reward="-", success="-")
+                task = bar.add_task(
+                    "train", total=total, completed=trainer.state.step, reward="-", success="-"
+                )
                 while trainer.state.step < total:
                     metrics = trainer.train_step()
                     bar.update(
-                        task, completed=trainer.state.step,
+                        task,
+                        completed=trainer.state.step,
                         reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
                         success=f"{metrics.get('success_rate', float('nan')):.2f}",
                     )
@@ -52,10 +61,15 @@ def run_training(cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any |
             while trainer.state.step < total:
                 metrics = trainer.train_step()
                 log.info(
-                    "step %d/%d reward %.3f success %.2f (%.1f s)", trainer.state.step, total,
-                    metrics.get("reward/mean", float("nan")), metrics.get("success_rate", float("nan")),
+                    "step %d/%d reward %.3f success %.2f (%.1f s)",
+                    trainer.state.step,
+                    total,
+                    metrics.get("reward/mean", float("nan")),
+                    metrics.get("success_rate", float("nan")),
                     metrics.get("time/step", 0.0),
                 )
     finally:
         trainer.close()
-    log.info("done: metrics in %s, checkpoints in %s", run_dir / "metrics.jsonl", run_dir / "checkpoints")
+    log.info(
+        "done: metrics in %s, checkpoints in %s", run_dir / "metrics.jsonl", run_dir / "checkpoints"
+    )

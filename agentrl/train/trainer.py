@@ -35,7 +35,12 @@ from agentrl.config import TrainConfig
 from agentrl.rollout.loop import RolloutResult, rollout
 from agentrl.train.backend import make_backend, resolve_device
 from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
-from agentrl.train.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.train.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from agentrl.train.critic import build_critic, token_values
 from agentrl.train.engines import SeededEngine, build_engine
 from agentrl.train.metrics import CollapseDetector, MetricsLogger, trajectory_stats
@@ -125,8 +130,11 @@ class Trainer:
         )
         self.critic = (
             make_backend(
-                cfg, critic_model, lr=cfg.optim.critic_lr,
-                num_optimizer_steps=num_optimizer_steps, role="critic",
+                cfg,
+                critic_model,
+                lr=cfg.optim.critic_lr,
+                num_optimizer_steps=num_optimizer_steps,
+                role="critic",
             )
             if critic_model is not None
             else None
@@ -142,17 +150,24 @@ class Trainer:
         if resume:
             checkpoint = latest_checkpoint(self.run_dir)
             if checkpoint is None:
-                raise FileNotFoundError(f"--resume: {self.run_dir} has no checkpoint to resume from")
+                raise FileNotFoundError(
+                    f"--resume: {self.run_dir} has no checkpoint to resume from"
+                )
             self.state = load_checkpoint(
                 checkpoint, policy=self.policy, critic=self.critic, generator=self.generator
             )
             self.resumed_from = checkpoint
-        self.engine = SeededEngine(engine if engine is not None else build_engine(cfg, self.model_path))
+        self.engine = SeededEngine(
+            engine if engine is not None else build_engine(cfg, self.model_path)
+        )
         self._synced_step = self.state.step
         if resume:
             self.sync_weights(force=True)
         self.logger = MetricsLogger(
-            self.run_dir, cfg.logging, run_name=self.run_dir.name, config=cfg.model_dump(mode="json")
+            self.run_dir,
+            cfg.logging,
+            run_name=self.run_dir.name,
+            config=cfg.model_dump(mode="json"),
         )
         if resume:
             self.logger.truncate_after(self.state.step)
@@ -175,7 +190,9 @@ class Trainer:
         trainable = [t for t in trajs if t.status.trainable]
         if trainable:
             keep, filter_metrics = self.filter(trainable)
-            batch = to_batch([t for t, k in zip(trainable, keep, strict=True) if k], pad_id=self.pad_id)
+            batch = to_batch(
+                [t for t, k in zip(trainable, keep, strict=True) if k], pad_id=self.pad_id
+            )
             with timer("score"):
                 metrics |= self.score(batch)  # old_logp, ref_logp, old_values
             batch.advantages, batch.value_targets = self.advantages(batch)  # [B, T]
@@ -263,7 +280,9 @@ class Trainer:
         group_ids = torch.tensor([t.group_id for t in trajs])  # [N]
         if self.cfg.algo.use_filter:
             keep = starpo_s_filter(
-                returns, group_ids, self.cfg.algo.filter_keep_ratio,
+                returns,
+                group_ids,
+                self.cfg.algo.filter_keep_ratio,
                 min_std=self.cfg.algo.filter_min_std,
             )
         else:
@@ -290,7 +309,9 @@ class Trainer:
             if self.reference is not None:
                 ref_logp.append(token_logprobs(self.reference, part_dev)[0].float().cpu())
             if self.critic is not None:
-                values = token_values(self.critic.model, part_dev.input_ids, part_dev.attention_mask)
+                values = token_values(
+                    self.critic.model, part_dev.input_ids, part_dev.attention_mask
+                )
                 old_values.append(values.cpu())
         # micro_batches reorders rows; scatter the results back into batch order.
         batch.old_logp = _scatter_rows(batch, parts, old_logp)
@@ -330,7 +351,9 @@ class Trainer:
         for _epoch in range(a.ppo_epochs):
             for mini in mini_batches(batch, a.num_mini_batches, generator=self.generator):
                 num_tokens, num_seqs = count_tokens_and_seqs(mini.loss_mask)
-                totals = self.policy.all_reduce_sum(torch.tensor([num_tokens, num_seqs], dtype=torch.float64))
+                totals = self.policy.all_reduce_sum(
+                    torch.tensor([num_tokens, num_seqs], dtype=torch.float64)
+                )
                 norm = {"global_num_tokens": float(totals[0]), "global_num_seqs": float(totals[1])}
                 for micro in micro_batches(mini, self.cfg.trainer.micro_batch_tokens):
                     micro = _to(micro, device)
@@ -345,7 +368,9 @@ class Trainer:
         mean.pop("num_tokens", None)
         metrics = {f"actor/{k}": v for k, v in mean.items() if not k.startswith("critic/")}
         metrics |= {k: v for k, v in mean.items() if k.startswith("critic/")}
-        metrics["actor/clip_frac"] = mean.get("clip_frac_low", 0.0) + mean.get("clip_frac_high", 0.0)
+        metrics["actor/clip_frac"] = mean.get("clip_frac_low", 0.0) + mean.get(
+            "clip_frac_high", 0.0
+        )
         metrics["actor/kl"] = mean.get("approx_kl", 0.0)
         metrics["actor/grad_norm"] = float(np.mean(grad_norms))
         metrics["actor/lr"] = self.policy.lr if hasattr(self.policy, "lr") else self.cfg.optim.lr
@@ -358,10 +383,17 @@ class Trainer:
         a = self.cfg.algo
         logp, logits = token_logprobs(self.policy.model, micro)  # [B, T], [B, T-1, V]
         loss, stats = policy_loss(
-            logp, micro.old_logp, micro.advantages, micro.loss_mask,
-            clip_eps_low=a.clip_eps_low, clip_eps_high=a.clip_eps_high,
-            dual_clip_c=a.dual_clip_c, agg=a.loss_agg,
-            sampler_logp=micro.sampler_logp, tis_cap=a.tis_cap, **norm,
+            logp,
+            micro.old_logp,
+            micro.advantages,
+            micro.loss_mask,
+            clip_eps_low=a.clip_eps_low,
+            clip_eps_high=a.clip_eps_high,
+            dual_clip_c=a.dual_clip_c,
+            agg=a.loss_agg,
+            sampler_logp=micro.sampler_logp,
+            tis_cap=a.tis_cap,
+            **norm,
         )
         stats["pg_loss"] = float(loss.detach())
         with torch.set_grad_enabled(a.entropy_coef > 0):
@@ -386,8 +418,13 @@ class Trainer:
         a = self.cfg.algo
         values = token_values(self.critic.model, micro.input_ids, micro.attention_mask)
         loss, stats = value_loss(
-            values, micro.old_values, micro.value_targets, micro.loss_mask,
-            clip_eps=a.value_clip_eps, agg=a.loss_agg, **norm,
+            values,
+            micro.old_values,
+            micro.value_targets,
+            micro.loss_mask,
+            clip_eps=a.value_clip_eps,
+            agg=a.loss_agg,
+            **norm,
         )
         self.critic.backward(a.vf_coef * loss)
         return {"critic/value_loss": float(loss.detach())} | {
@@ -419,8 +456,11 @@ class Trainer:
         from agentrl.train.evaluate import evaluate
 
         result = evaluate(
-            self.engine, self.env_factory, self.tokenizer,
-            num_episodes=self.cfg.eval.num_episodes, seed_offset=self.cfg.eval.seed_offset,
+            self.engine,
+            self.env_factory,
+            self.tokenizer,
+            num_episodes=self.cfg.eval.num_episodes,
+            seed_offset=self.cfg.eval.seed_offset,
             rollout_cfg=self.cfg.rollout,
             sampling=self.sampling(0, temperature=self.cfg.eval.temperature, seed_salt=1),
             env_name=self.cfg.env.name,
@@ -430,10 +470,15 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Write a checkpoint of the current state (atomic, keeps the last k)."""
         return save_checkpoint(
-            self.run_dir, self.state, policy=self.policy, critic=self.critic,
-            tokenizer=self.tokenizer, generator=self.generator,
+            self.run_dir,
+            self.state,
+            policy=self.policy,
+            critic=self.critic,
+            tokenizer=self.tokenizer,
+            generator=self.generator,
             keep_last=self.cfg.checkpoint.keep_last,
-            save_optimizer=self.cfg.checkpoint.save_optimizer, rank=self.policy.rank,
+            save_optimizer=self.cfg.checkpoint.save_optimizer,
+            rank=self.policy.rank,
         )
 
     def save_trajectories(self, step: int, trajs: list[Trajectory]) -> None:
@@ -445,7 +490,9 @@ class Trainer:
 
         write_step(self.run_dir / "trajectories", step, trajs[:count], tokenizer=self.tokenizer)
 
-    def _throughput(self, timer: StageTimer, trajs: list[Trajectory], train_tokens: int) -> dict[str, float]:
+    def _throughput(
+        self, timer: StageTimer, trajs: list[Trajectory], train_tokens: int
+    ) -> dict[str, float]:
         sampled = sum(t.num_sampled_tokens for t in trajs)
         gen_s = timer.seconds.get("rollout", 0.0)
         upd_s = timer.seconds.get("update", 0.0)
@@ -464,7 +511,8 @@ class Trainer:
             log.warning(
                 "step %d: collapse early warning (Echo Trap): %s crossed their thresholds; "
                 "consider a lower lr, a higher filter keep ratio or more entropy",
-                step, ", ".join(fired),
+                step,
+                ", ".join(fired),
             )
         return {"collapse_warning": float(warn), "collapse/num_signals": float(len(fired))}
 
@@ -487,13 +535,17 @@ def _to(batch: TrainBatch, device: torch.device) -> TrainBatch:
         return batch
     import dataclasses
 
-    return TrainBatch(**{
-        f.name: (None if getattr(batch, f.name) is None else getattr(batch, f.name).to(device))
-        for f in dataclasses.fields(batch)
-    })
+    return TrainBatch(
+        **{
+            f.name: (None if getattr(batch, f.name) is None else getattr(batch, f.name).to(device))
+            for f in dataclasses.fields(batch)
+        }
+    )
 
 
-def _scatter_rows(batch: TrainBatch, parts: list[TrainBatch], values: list[torch.Tensor]) -> torch.Tensor:
+def _scatter_rows(
+    batch: TrainBatch, parts: list[TrainBatch], values: list[torch.Tensor]
+) -> torch.Tensor:
     """Put per-micro-batch `[b, t]` results back at their rows of `batch` (`[B, T]`)."""
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
     for part, value in zip(parts, values, strict=True):

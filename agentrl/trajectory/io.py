@@ -105,7 +105,9 @@ def write_step(
     fmt: Format = "jsonl",
 ) -> Path:
     """Write one training step's trajectories into the run directory."""
-    return write_trajectories(step_path(run_dir, step, fmt), trajs, {"step": step, **(metadata or {})})
+    return write_trajectories(
+        step_path(run_dir, step, fmt), trajs, {"step": step, **(metadata or {})}
+    )
 
 
 def read_trajectories(path: str | Path) -> TrajectoryFile:

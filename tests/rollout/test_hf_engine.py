@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.rollout.engine import Completion, Engine, GenerationRequest, SamplingParams
-from agentrl.rollout.engine import generate_sync
+from agentrl.rollout.engine import (
+    Completion,
+    Engine,
+    GenerationRequest,
+    SamplingParams,
+    generate_sync,
+)
 from agentrl.rollout.hf_engine import HFEngine, filter_logits
 from agentrl.rollout.models import load_model
 
@@ -17,7 +22,9 @@ PARITY_TOL = 1e-4
 """Max |engine logp - teacher-forced logp| allowed (fp32; measured gap is ~1e-6)."""
 
 
-def teacher_forced_logp(model: torch.nn.Module, prompt: list[int], sampled: list[int]) -> list[float]:
+def teacher_forced_logp(
+    model: torch.nn.Module, prompt: list[int], sampled: list[int]
+) -> list[float]:
     """Logprob of each sampled id in one unpadded forward pass over prompt + sampled."""
     ids = torch.tensor([prompt + sampled])
     with torch.no_grad():
@@ -49,9 +56,7 @@ def test_logprob_parity_with_teacher_forcing(engine: HFEngine, tiny_model_path: 
         SamplingParams(temperature=1.3, top_p=0.8, max_new_tokens=20, seed=3, ignore_eos=True),
         SamplingParams(temperature=0.0, max_new_tokens=8),
     ]
-    requests = [
-        GenerationRequest(p, settings[i % len(settings)]) for i, p in enumerate(_prompts())
-    ]
+    requests = [GenerationRequest(p, settings[i % len(settings)]) for i, p in enumerate(_prompts())]
     completions = generate_sync(engine, requests)
     gaps = []
     for req, comp in zip(requests, completions, strict=True):
@@ -65,7 +70,8 @@ def test_logprob_parity_with_teacher_forcing(engine: HFEngine, tiny_model_path: 
 def test_finish_reasons_and_stop_ids(engine: HFEngine) -> None:
     prompt = [1, 30, 31, 32]
     free = generate_sync(
-        engine, [GenerationRequest(prompt, SamplingParams(max_new_tokens=6, seed=0, ignore_eos=True))]
+        engine,
+        [GenerationRequest(prompt, SamplingParams(max_new_tokens=6, seed=0, ignore_eos=True))],
     )[0]
     assert free.finish_reason == "length" and len(free.token_ids) == 6
     # Make the 3rd sampled id a stop id: same seed, same ids up to and including it.
@@ -84,7 +90,8 @@ def test_seed_is_reproducible_across_batches(engine: HFEngine) -> None:
     batched = generate_sync(engine, [*others, GenerationRequest([1, 40, 41], params)])[-1]
     assert batched.token_ids == alone.token_ids
     unseeded = generate_sync(
-        engine, [GenerationRequest([1, 40, 41], SamplingParams(max_new_tokens=12, ignore_eos=True))] * 2
+        engine,
+        [GenerationRequest([1, 40, 41], SamplingParams(max_new_tokens=12, ignore_eos=True))] * 2,
     )
     assert unseeded[0].token_ids != unseeded[1].token_ids  # fresh randomness per request
 

@@ -15,9 +15,7 @@ from agentrl.rollout.models import ModelNotFoundError, load_model, load_tokenize
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
-    }
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 def test_tiny_is_a_chatml_qwen2(tiny_model_path: Path) -> None:

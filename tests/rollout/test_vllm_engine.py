@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.rollout.engine import Completion, Engine, GenerationRequest, SamplingParams
-from agentrl.rollout.engine import generate_sync
+from agentrl.rollout.engine import (
+    Completion,
+    Engine,
+    GenerationRequest,
+    SamplingParams,
+    generate_sync,
+)
 from agentrl.rollout.models import load_model
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -23,7 +28,9 @@ PARITY_TOL = 2e-3
 torch's sdpa by ~1e-5 on the tiny model; the tolerance leaves room for other CPUs)."""
 
 
-def teacher_forced_logp(model: torch.nn.Module, prompt: list[int], sampled: list[int]) -> list[float]:
+def teacher_forced_logp(
+    model: torch.nn.Module, prompt: list[int], sampled: list[int]
+) -> list[float]:
     """Logprob of each sampled id in one unpadded forward pass over prompt + sampled."""
     ids = torch.tensor([prompt + sampled])
     with torch.no_grad():
@@ -99,7 +106,9 @@ def test_update_weights_in_place(engine, tiny_model_path: Path) -> None:
         for p in other.parameters():
             p.add_(0.05 * torch.randn_like(p))
     requests = [
-        GenerationRequest([1, 60, 61 + i], SamplingParams(max_new_tokens=12, seed=i, ignore_eos=True))
+        GenerationRequest(
+            [1, 60, 61 + i], SamplingParams(max_new_tokens=12, seed=i, ignore_eos=True)
+        )
         for i in range(4)
     ]
     before = generate_sync(engine, requests)

@@ -7,20 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentrl.sandbox import SandboxUnavailableError
-
 
 def docker_or_skip() -> None:
     """Skip when no Docker daemon/image is here, unless CI requires Docker (then fail)."""
-    from agentrl.sandbox.docker import connect
-    from agentrl.sandbox.image import image_exists
+    from agentrl.sandbox.docker import unavailable_reason
 
-    try:
-        ok = image_exists(client=connect(timeout=5))
-        why = "sandbox image missing: run `agentrl sandbox build --offline`"
-    except SandboxUnavailableError as e:
-        ok, why = False, str(e)
-    if not ok:
+    why = unavailable_reason()
+    if why is not None:
         if os.environ.get("CI") or os.environ.get("AGENTRL_REQUIRE_DOCKER"):
             pytest.fail(f"Docker is required here: {why}")
         pytest.skip(why)

@@ -61,7 +61,9 @@ def test_infinite_loop(docker_sandbox) -> None:
 
 
 def test_fork_bomb(docker_sandbox) -> None:
-    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    code = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
     r = attack(docker_sandbox, code, timeout=2.0)
     assert r.timed_out or r.exit_code != 0
 
@@ -100,7 +102,9 @@ def test_background_process_is_killed_and_container_replaced(docker_sandbox) -> 
     assert docker_sandbox.num_replaced == replaced + 1
     docker_sandbox.wait_ready()
     for _ in range(2):  # no container of the pool has a leftover process
-        ps = docker_sandbox.run("import os; print(sorted(p for p in os.listdir('/proc') if p.isdigit()))")
+        ps = docker_sandbox.run(
+            "import os; print(sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+        )
         pids = eval(ps.stdout)  # our own output, a list literal of digit strings
         assert pids == ["1", str(pids[-1])] and len(pids) == 2, ps
 
@@ -171,7 +175,9 @@ def test_changing_resource_limits(docker_sandbox) -> None:
 
 
 def test_binary_and_invalid_utf8_output(docker_sandbox) -> None:
-    r = attack(docker_sandbox, "import sys\nsys.stdout.buffer.write(bytes(range(256)) + b'\\xff\\xfe')\n")
+    r = attack(
+        docker_sandbox, "import sys\nsys.stdout.buffer.write(bytes(range(256)) + b'\\xff\\xfe')\n"
+    )
     assert r.exit_code == 0 and "\ufffd" in r.stdout and "\x00" in r.stdout
 
 
@@ -231,7 +237,9 @@ def test_leftovers_of_dead_owner_are_reaped() -> None:
         "agentrl-sandbox:latest", command=["true"], labels={LABEL: "1", OWNER_LABEL: dead}
     )
     assert reap_leftovers(client) >= 1
-    with pytest.raises(Exception):
+    import docker.errors
+
+    with pytest.raises(docker.errors.NotFound):
         client.containers.get(container.id)
 
 

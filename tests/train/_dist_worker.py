@@ -165,7 +165,7 @@ def run(name: str, ckpt: Path) -> dict:
     return result
 
 
-def launch(backends: str, tmp: Path, *, timeout: float) -> dict:
+def launch(backends: str, tmp: Path, *, timeout: float, variants: bool = True) -> dict:
     """Run this script under torchrun with 2 CPU ranks (loopback only); return its results.
 
     Called from the tests; on failure the assertion message carries the ranks' output tail.
@@ -177,11 +177,52 @@ def launch(backends: str, tmp: Path, *, timeout: float) -> dict:
 
     out = tmp / "results.json"
     argv = ["--backend", backends, "--out", str(out), "--ckpt", str(tmp / "ckpt")]
+    argv += ["--variants"] if variants else []
     cmd = torchrun_command(Path(__file__), *argv, nproc=2, port=free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="0")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0 and out.is_file(), (proc.stdout + proc.stderr)[-6000:]
     return json.loads(out.read_text())
+
+
+def run_variants(name: str) -> dict:
+    """Step 1 again with gradient checkpointing (same numbers expected) and with bf16 mixed
+    precision (close numbers expected); returns grad norms and weights vs the plain run."""
+    from agentrl.rollout.models import load_model
+    from agentrl.train.config import OptimConfig
+
+    optim = OptimConfig(
+        lr=LR, weight_decay=0.01, max_grad_norm=0.5, warmup_steps=1, schedule="linear"
+    )
+    out: dict = {}
+    weights = {}
+    for variant, kwargs in [
+        ("plain", {}),
+        ("checkpointing", {"gradient_checkpointing": True}),
+        ("bf16", {"mixed_precision": "bf16"}),
+    ]:
+        torch.manual_seed(0)
+        model = load_model("tiny", dtype="float32").train()
+        ids, mask, adv = make_batch(model.config.vocab_size)
+        if name == "fsdp2":
+            from agentrl.train.fsdp2 import FSDP2Backend
+
+            backend = FSDP2Backend(model, optim=optim, lr=LR, num_optimizer_steps=4, **kwargs)
+        else:
+            from agentrl.train.deepspeed_backend import DeepSpeedBackend
+
+            stage = {"zero2": 2, "zero3": 3}[name]
+            backend = DeepSpeedBackend(
+                model, optim=optim, lr=LR, num_optimizer_steps=4, zero_stage=stage, **kwargs
+            )
+        per_rank = NUM_SEQS // backend.world_size
+        rows = list(range(backend.rank * per_rank, (backend.rank + 1) * per_rank))
+        loss, _, norm = train_step(backend, ids, mask, adv, rows)
+        weights[variant] = backend.full_state_dict()
+        out[variant] = {"loss": loss, "grad_norm": norm}
+        if variant != "plain" and backend.rank == 0:
+            out[variant]["weights_max_diff"] = max_diff(weights[variant], weights["plain"])
+    return out
 
 
 def main() -> None:
@@ -190,11 +231,14 @@ def main() -> None:
     parser.add_argument("--backend", required=True, help="comma-separated: fsdp2, zero2, zero3")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ckpt", type=Path, required=True)
+    parser.add_argument("--variants", action="store_true", help="also checkpointing and bf16")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {}
     for name in args.backend.split(","):
         results[name] = run(name, args.ckpt / name)
+        if args.variants:
+            results[name]["variants"] = run_variants(name)
     if dist.get_rank() == 0:
         args.out.write_text(json.dumps(results, indent=2))
     dist.barrier()

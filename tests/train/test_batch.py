@@ -10,7 +10,9 @@ from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 
 
 def _turn(reward: float) -> Turn:
-    return Turn(num_sampled=2, action_text="a", finish_reason="stop", weight_version=0, reward=reward)
+    return Turn(
+        num_sampled=2, action_text="a", finish_reason="stop", weight_version=0, reward=reward
+    )
 
 
 def _sample(n_prompt: int, n_sampled: int, turn: int = 0) -> Sample:

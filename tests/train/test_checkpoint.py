@@ -53,13 +53,20 @@ def test_checkpoint_round_trip_restores_weights_optimizer_rng(tmp_path) -> None:
     generator = torch.Generator().manual_seed(3)
     for step in (1, 2, 3):
         save_checkpoint(
-            tmp_path, TrainerState(step=step, seed_cursor=4 * step, weight_version=step),
-            policy=backend, generator=generator, keep_last=2,
+            tmp_path,
+            TrainerState(step=step, seed_cursor=4 * step, weight_version=step),
+            policy=backend,
+            generator=generator,
+            keep_last=2,
         )
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000002", "step-000003"]
     expected_weights = {k: v.clone() for k, v in backend.full_state_dict().items()}
-    expected_random = (random.random(), np.random.rand(), torch.rand(1).item(),
-                       torch.rand(1, generator=generator).item())
+    expected_random = (
+        random.random(),
+        np.random.rand(),
+        torch.rand(1).item(),
+        torch.rand(1, generator=generator).item(),
+    )
     expected_next_norm = _train_once(backend)
 
     restored = _backend()
@@ -68,8 +75,12 @@ def test_checkpoint_round_trip_restores_weights_optimizer_rng(tmp_path) -> None:
     assert state == TrainerState(step=3, seed_cursor=12, weight_version=3)
     for k, v in restored.full_state_dict().items():
         assert torch.equal(v, expected_weights[k]), k
-    assert (random.random(), np.random.rand(), torch.rand(1).item(),
-            torch.rand(1, generator=restored_gen).item()) == expected_random
+    assert (
+        random.random(),
+        np.random.rand(),
+        torch.rand(1).item(),
+        torch.rand(1, generator=restored_gen).item(),
+    ) == expected_random
     assert _train_once(restored) == pytest.approx(expected_next_norm, rel=1e-6)
     assert restored.lr == backend.lr
 

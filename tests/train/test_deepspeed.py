@@ -11,7 +11,7 @@ comparison is loss, grad norm and the weights after each optimizer step; toleran
 from __future__ import annotations
 
 import pytest
-from test_fsdp2 import check_checkpoint_round_trip, check_matches_local
+from test_fsdp2 import check_checkpoint_round_trip, check_matches_local, check_variants
 
 from agentrl.train.config import OptimConfig
 from agentrl.train.deepspeed_backend import deepspeed_config
@@ -37,6 +37,12 @@ def test_zero_loss_grad_norm_and_weights_match_local(zero: dict, stage: str) -> 
 @pytest.mark.parametrize("stage", ["zero2", "zero3"])
 def test_zero_checkpoint_round_trip(zero: dict, stage: str) -> None:
     check_checkpoint_round_trip(zero[stage])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["zero2", "zero3"])
+def test_zero_checkpointing_and_bf16(zero: dict, stage: str) -> None:
+    check_variants(zero[stage])
 
 
 @pytest.mark.slow

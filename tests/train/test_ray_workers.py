@@ -35,7 +35,8 @@ def train_rows(backend, rows: list[int]) -> float:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local 2-CPU Ray cluster on loopback."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(
         num_cpus=2,

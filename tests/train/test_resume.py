@@ -14,25 +14,58 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).parent
-TIMING = ("time/", "throughput/", "rollout/wall_s", "rollout/generation_s", "rollout/env_s",
-          "rollout/tokens_per_s")
-EXACT = ("reward/", "success_rate", "episode/", "rollout/num_sampled_tokens", "weight_version",
-         "filter/")
+TIMING = (
+    "time/",
+    "throughput/",
+    "rollout/wall_s",
+    "rollout/generation_s",
+    "rollout/env_s",
+    "rollout/tokens_per_s",
+)
+EXACT = (
+    "reward/",
+    "success_rate",
+    "episode/",
+    "rollout/num_sampled_tokens",
+    "weight_version",
+    "filter/",
+)
 
 
 def _cmd(run_dir: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "agentrl.cli", "train", "--env", "trainer_envs:VowelCount",
-        "--model", "tiny", "--steps", "4", "--run-dir", str(run_dir),
-        "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=2",
-        "--set", "rollout.sampling.max_new_tokens=16", "--set", "optim.lr=1e-3",
-        "--set", "logging.progress=false", *extra,
+        sys.executable,
+        "-m",
+        "agentrl.cli",
+        "train",
+        "--env",
+        "trainer_envs:VowelCount",
+        "--model",
+        "tiny",
+        "--steps",
+        "4",
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        "checkpoint.every=1",
+        "--set",
+        "checkpoint.keep_last=2",
+        "--set",
+        "rollout.sampling.max_new_tokens=16",
+        "--set",
+        "optim.lr=1e-3",
+        "--set",
+        "logging.progress=false",
+        *extra,
     ]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "OMP_NUM_THREADS": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def _metrics(run_dir: Path) -> list[dict]:
@@ -42,10 +75,12 @@ def _metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_kill9_then_resume_matches_uninterrupted_run(tmp_path) -> None:
     full, killed = tmp_path / "full", tmp_path / "killed"
-    reference = subprocess.Popen(_cmd(full), env=_env(), stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
-    victim = subprocess.Popen(_cmd(killed), env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    reference = subprocess.Popen(
+        _cmd(full), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    victim = subprocess.Popen(
+        _cmd(killed), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 240
     while not (killed / "checkpoints" / "step-000001").is_dir():
         assert victim.poll() is None, "training exited before its first checkpoint"
@@ -53,13 +88,17 @@ def test_kill9_then_resume_matches_uninterrupted_run(tmp_path) -> None:
         time.sleep(0.05)
     victim.send_signal(signal.SIGKILL)
     assert victim.wait() == -signal.SIGKILL
-    steps_done = json.loads(max((killed / "checkpoints").glob("step-*")).joinpath(
-        "trainer_state.json").read_text())["step"]
+    steps_done = json.loads(
+        max((killed / "checkpoints").glob("step-*")).joinpath("trainer_state.json").read_text()
+    )["step"]
     assert steps_done < 4
 
     resumed = subprocess.run(
         [sys.executable, "-m", "agentrl.cli", "train", "--resume", str(killed)],
-        env=_env(), capture_output=True, text=True, timeout=300,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr

@@ -7,13 +7,12 @@ import math
 
 import pytest
 import torch
+from trainer_envs import VowelCount
 
 from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import register
 from agentrl.train.trainer import Trainer
-
-from trainer_envs import VowelCount
 
 register("vowel-count", VowelCount)
 
@@ -90,8 +89,13 @@ def test_async_rollout_is_one_version_stale(tmp_path) -> None:
 
 
 def test_collapse_warning_metric_and_line(tmp_path, caplog) -> None:
-    cfg = _cfg("grpo", "algo.kl_coef=0.0", "logging.collapse.window=2",
-               "logging.collapse.min_signals=1", "logging.collapse.grad_norm_spike=1.0001")
+    cfg = _cfg(
+        "grpo",
+        "algo.kl_coef=0.0",
+        "logging.collapse.window=2",
+        "logging.collapse.min_signals=1",
+        "logging.collapse.grad_norm_spike=1.0001",
+    )
     trainer = Trainer(cfg, tmp_path)
     trainer.collapse.history["grad_norm"].extend([1e-9, 1e-9])
     trainer.collapse.history["reward_std"].extend([1.0, 1.0])

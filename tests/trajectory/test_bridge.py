@@ -115,7 +115,9 @@ def test_per_turn_samples_for_non_prefix_preserving_template() -> None:
     a2 = [5, 6, 2]
     episode.add_completion(a2, [-0.1, -0.2, -0.3], 1)
     s1, s2 = episode.samples()
-    assert s1.token_ids == first_prompt + a1 and s1.loss_mask == [0] * len(first_prompt) + [1] * len(a1)
+    assert s1.token_ids == first_prompt + a1 and s1.loss_mask == [0] * len(first_prompt) + [
+        1
+    ] * len(a1)
     assert s2.token_ids[-3:] == a2 and sum(s2.loss_mask) == 3 and s2.sampler_logp[-1] == -0.3
 
 

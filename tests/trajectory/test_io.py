@@ -54,7 +54,7 @@ def test_parquet_schema_covers_every_field() -> None:
 
 def test_bad_files_are_named(tmp_path) -> None:
     bad = tmp_path / "x.jsonl"
-    bad.write_text(json.dumps({"agentrl_metadata": {}}) + "\n{\"samples\": 1}\n")
+    bad.write_text(json.dumps({"agentrl_metadata": {}}) + '\n{"samples": 1}\n')
     with pytest.raises(ValueError, match="x.jsonl:2"):
         read_trajectories(bad)
     with pytest.raises(ValueError, match="end in .jsonl or .parquet"):

@@ -64,5 +64,7 @@ def test_sampled_ids_verbatim_and_masks_exact(family, system_prompt, first, turn
         assert sample.sampler_logp[span] == logp
     assert sum(sample.loss_mask) == sum(len(ids) for ids, _ in sampled_all)
     assert len(sample.loss_mask) == len(sample.token_ids) == len(sample.sampler_logp)
-    assert all(lp == 0.0 for lp, m in zip(sample.sampler_logp, sample.loss_mask) if not m)
+    assert all(
+        lp == 0.0 for lp, m in zip(sample.sampler_logp, sample.loss_mask, strict=True) if not m
+    )
     assert sample.turn_ids[: len(prompts[0])] == [-1] * len(prompts[0])

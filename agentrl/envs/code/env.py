@@ -15,9 +15,11 @@ from agentrl.sandbox import Sandbox, SandboxConfig, make_sandbox
 _BLOCK_RE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 
 # Runs the solution, then each test; prints one result line tagged with a per-run nonce.
-_HARNESS = '''
+_HARNESS = """
 import json, os, sys, traceback
 _tests = json.loads(open("tests.json").read())
+os.remove("tests.json")  # the solution cannot read the tests or this file (with the nonce)
+os.remove(__file__)
 _ns = {"__name__": "solution"}
 _results = []
 try:
@@ -37,7 +39,7 @@ for _t in _tests:
         _results.append("".join(traceback.format_exception_only(type(e), e)).strip() or type(e).__name__)
 sys.stdout.flush()
 os.write(1, ("\\n" + NONCE + json.dumps(_results) + "\\n").encode())
-'''
+"""
 
 _SHARED: dict[str, Sandbox] = {}
 _SHARED_LOCK = threading.Lock()

@@ -53,7 +53,11 @@ def load_problems(path: str | Path | None = None) -> list[Problem]:
             if missing:
                 raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
             tests = row["tests"]
-            if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+            if (
+                not isinstance(tests, list)
+                or not tests
+                or not all(isinstance(t, str) for t in tests)
+            ):
                 raise ValueError(f"{where}: `tests` must be a non-empty list of strings")
             if row["id"] in seen:
                 raise ValueError(f"{where}: duplicate problem id {row['id']!r}")

@@ -3,7 +3,14 @@
 from agentrl.envs.tool.calculator import calculate, evaluate
 from agentrl.envs.tool.env import CalculatorEnv, PythonToolEnv, ToolEnv
 from agentrl.envs.tool.http import HTTPTool, ToolError, http_tool
-from agentrl.envs.tool.tools import Tool, ToolArgumentError, ToolCall, parse_tool_calls, tool, validate
+from agentrl.envs.tool.tools import (
+    Tool,
+    ToolArgumentError,
+    ToolCall,
+    parse_tool_calls,
+    tool,
+    validate,
+)
 
 __all__ = [
     "CalculatorEnv",

@@ -1,6 +1,6 @@
 """A calculator tool that evaluates arithmetic safely (an AST walk, never `eval`).
 
->>> calculate("2 * (3 + 4) ** 2 - sqrt(16)")
+>>> calculate(expression="2 * (3 + 4) ** 2 - sqrt(16)")
 '94.0'
 """
 
@@ -12,12 +12,27 @@ import operator
 
 from agentrl.envs.tool.tools import tool
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCTIONS = {"sqrt": math.sqrt, "abs": abs, "round": round, "floor": math.floor,
-              "ceil": math.ceil, "log": math.log, "exp": math.exp, "min": min, "max": max}
+_FUNCTIONS = {
+    "sqrt": math.sqrt,
+    "abs": abs,
+    "round": round,
+    "floor": math.floor,
+    "ceil": math.ceil,
+    "log": math.log,
+    "exp": math.exp,
+    "min": min,
+    "max": max,
+}
 _CONSTANTS = {"pi": math.pi, "e": math.e}
 MAX_EXPRESSION_CHARS = 500
 MAX_MAGNITUDE = 10**100
@@ -40,8 +55,12 @@ def _eval(node: ast.AST) -> float | int:
         if isinstance(result, int | float) and abs(result) > MAX_MAGNITUDE:
             raise ValueError("result too large")
         return result
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id in _FUNCTIONS and not node.keywords):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
         return _FUNCTIONS[node.func.id](*[_eval(a) for a in node.args])
     raise ValueError(f"unsupported expression element: {type(node).__name__}")
 
@@ -60,10 +79,20 @@ def evaluate(expression: str) -> float | int:
         raise ValueError(str(e)) from None
 
 
-@tool(schema={"type": "object", "properties": {"expression": {
-    "type": "string", "maxLength": MAX_EXPRESSION_CHARS,
-    "description": "e.g. '(12 + 7) * 3 / sqrt(2)'; + - * / // % **, sqrt, log, pi, e"}},
-    "required": ["expression"], "additionalProperties": False})
+@tool(
+    schema={
+        "type": "object",
+        "properties": {
+            "expression": {
+                "type": "string",
+                "maxLength": MAX_EXPRESSION_CHARS,
+                "description": "e.g. '(12 + 7) * 3 / sqrt(2)'; + - * / // % **, sqrt, log, pi, e",
+            }
+        },
+        "required": ["expression"],
+        "additionalProperties": False,
+    }
+)
 def calculate(expression: str) -> str:
     """Evaluate an arithmetic expression and return its value."""
     return repr(evaluate(expression))

@@ -80,10 +80,19 @@ class ToolEnv(TokenEnv):
         if calls:
             messages: list[Message] = []
             for call in calls[:MAX_CALLS_PER_TURN]:
-                text = f"Error: {call.error}" if call.error else self.call_tool(call.name, call.arguments)
+                text = (
+                    f"Error: {call.error}"
+                    if call.error
+                    else self.call_tool(call.name, call.arguments)
+                )
                 messages.append({"role": "tool", "content": text})
             if len(calls) > MAX_CALLS_PER_TURN:
-                messages.append({"role": "tool", "content": f"Error: at most {MAX_CALLS_PER_TURN} tool calls per turn; the rest were ignored."})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "content": f"Error: at most {MAX_CALLS_PER_TURN} tool calls per turn; the rest were ignored.",
+                    }
+                )
             last = self.turn >= self.max_turns
             info: dict[str, Any] = {"tool_calls": len(calls)}
             if last:
@@ -103,7 +112,10 @@ class CalculatorEnv(ToolEnv):
         a, b, c = (int(x) for x in self.np_random.integers(1000, 100000, size=3))
         d = int(self.np_random.integers(2, 99))
         value = a * b - c * d
-        return f"What is {a} * {b} - {c} * {d}? Answer with an integer in <answer>...</answer>.", value
+        return (
+            f"What is {a} * {b} - {c} * {d}? Answer with an integer in <answer>...</answer>.",
+            value,
+        )
 
     def score(self, answer: str | None) -> tuple[float, bool]:
         """1.0 for the exact integer, else 0."""
@@ -140,10 +152,21 @@ class PythonToolEnv(ToolEnv):
         return self._sandbox
 
     def _python_tool(self) -> Tool:
-        @tool(name="python", schema={"type": "object", "properties": {"code": {
-            "type": "string", "maxLength": 100_000,
-            "description": "Python 3 source; print what you want to see."}},
-            "required": ["code"], "additionalProperties": False})
+        @tool(
+            name="python",
+            schema={
+                "type": "object",
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "maxLength": 100_000,
+                        "description": "Python 3 source; print what you want to see.",
+                    }
+                },
+                "required": ["code"],
+                "additionalProperties": False,
+            },
+        )
         def run_python(code: str) -> str:
             """Run Python code in a sandbox (no network, 5 s) and return its output."""
             return self.sandbox.run(code, timeout=self.timeout).summary(MAX_TOOL_OUTPUT_CHARS)
@@ -154,8 +177,10 @@ class PythonToolEnv(ToolEnv):
         n = int(self.np_random.integers(1000, 50000))
         k = int(self.np_random.integers(3, 10))
         expected = sum(1 for i in range(1, n + 1) if i % k == 0 or str(k) in str(i))
-        prompt = (f"How many integers from 1 to {n} are divisible by {k} or contain the digit "
-                  f"{k}? Answer with an integer in <answer>...</answer>.")
+        prompt = (
+            f"How many integers from 1 to {n} are divisible by {k} or contain the digit "
+            f"{k}? Answer with an integer in <answer>...</answer>."
+        )
         return prompt, expected
 
     score = CalculatorEnv.score

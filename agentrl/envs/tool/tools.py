@@ -21,8 +21,14 @@ from typing import Any, get_type_hints
 
 MAX_CALL_CHARS = 100_000
 _CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array",
-               dict: "object"}
+_JSON_TYPES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
 
 
 @dataclass
@@ -38,8 +44,11 @@ class Tool:
         """The OpenAI-style schema that chat templates take through `tools=`."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description,
-                         "parameters": self.parameters},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
         }
 
     def __call__(self, **arguments: Any) -> str:
@@ -89,8 +98,12 @@ def _schema_from_signature(f: Callable[..., Any]) -> dict[str, Any]:
         props[pname] = {"type": _JSON_TYPES.get(origin, "string")}
         if param.default is inspect.Parameter.empty:
             required.append(pname)
-    return {"type": "object", "properties": props, "required": required,
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 def validate(value: Any, schema: dict[str, Any], path: str = "arguments") -> list[str]:
@@ -98,8 +111,15 @@ def validate(value: Any, schema: dict[str, Any], path: str = "arguments") -> lis
     additionalProperties, enum, minimum/maximum, maxLength, items); empty when valid."""
     problems: list[str] = []
     kind = schema.get("type")
-    checks = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
-              "array": list, "object": dict, "null": type(None)}
+    checks = {
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+        "null": type(None),
+    }
     if kind in checks:
         ok = isinstance(value, checks[kind])
         if kind in ("integer", "number") and isinstance(value, bool):
@@ -111,7 +131,9 @@ def validate(value: Any, schema: dict[str, Any], path: str = "arguments") -> lis
     if isinstance(value, str) and len(value) > schema.get("maxLength", float("inf")):
         problems.append(f"{path} is longer than {schema['maxLength']} characters")
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if value < schema.get("minimum", float("-inf")) or value > schema.get("maximum", float("inf")):
+        if value < schema.get("minimum", float("-inf")) or value > schema.get(
+            "maximum", float("inf")
+        ):
             problems.append(f"{path} is out of range")
     if isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):

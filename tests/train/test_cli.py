@@ -1,0 +1,161 @@
+"""`agentrl train / eval / export / plot` smoke tests (tiny model, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from agentrl.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """`agentrl train --env sokoban --model tiny --steps 2` in a fresh process."""
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.cli",
+            "train",
+            "--env",
+            "sokoban",
+            "--model",
+            "tiny",
+            "--steps",
+            "2",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def test_train_writes_the_run_directory(trained_run) -> None:
+    records = [json.loads(x) for x in (trained_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for key in (
+        "reward/mean",
+        "success_rate",
+        "actor/entropy",
+        "actor/grad_norm",
+        "time/step",
+        "reward/in_group_std",
+        "throughput/gen_tokens_per_s",
+        "collapse_warning",
+    ):
+        assert key in records[-1], key
+    cfg = yaml.safe_load((trained_run / "config.yaml").read_text())
+    assert cfg["env"]["name"] == "sokoban" and cfg["model"]["name"] == "tiny"
+    assert cfg["algo"]["estimator"] == "grpo"  # the default preset
+    assert list((trained_run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (trained_run / "trajectories" / "step-000002.jsonl").is_file()
+    assert (trained_run / "checkpoints" / "step-000002" / "policy" / "model").is_dir()
+
+
+def test_export_loads_in_transformers(trained_run, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "export"
+    result = runner.invoke(app, ["export", str(trained_run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer.chat_template
+    from safetensors.torch import load_file
+
+    saved = load_file(
+        str(trained_run / "checkpoints" / "step-000002" / "policy" / "model" / "model.safetensors")
+    )
+    for key, value in saved.items():
+        assert torch.equal(model.state_dict()[key], value), key
+    again = runner.invoke(app, ["export", str(trained_run), "--out", str(out)])
+    assert again.exit_code == 2 and "not empty" in again.output
+
+
+def test_plot_writes_png(trained_run, tmp_path) -> None:
+    out = tmp_path / "curves.png"
+    result = runner.invoke(app, ["plot", str(trained_run), str(trained_run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    missing = runner.invoke(app, ["plot", str(tmp_path), "--out", str(out)])
+    assert missing.exit_code == 2 and "metrics.jsonl" in missing.output
+
+
+def test_eval_reports_success_rate(trained_run) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "sokoban",
+            "--model",
+            str(trained_run),
+            "--episodes",
+            "3",
+            "--max-new-tokens",
+            "8",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "success rate" in result.output and "over 3 episodes" in result.output
+    assert "seeds 1000000..1000002" in result.output
+
+
+def test_config_errors_exit_2_naming_field_and_file(tmp_path) -> None:
+    result = runner.invoke(app, ["train", "--set", "trainer.bogus=1", "--print-config"])
+    assert result.exit_code == 2
+    assert "trainer.bogus" in result.output and "Traceback" not in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim:\n  lr: fast\n")
+    result = runner.invoke(app, ["train", "-c", str(bad), "--print-config"])
+    assert result.exit_code == 2
+    assert "optim.lr" in result.output and str(bad) in result.output and "'fast'" in result.output
+    result = runner.invoke(app, ["train", "--preset", "nope", "--print-config"])
+    assert result.exit_code == 2 and "starpo-s" in result.output
+
+
+def test_print_config_layers_preset_file_flags_and_set(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("algo:\n  clip_eps_high: 0.3\ntrainer:\n  num_groups: 3\n")
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--env",
+            "guess-number",
+            "--preset",
+            "starpo-s",
+            "-c",
+            str(path),
+            "--steps",
+            "5",
+            "--set",
+            "trainer.num_groups=6",
+            "--backend",
+            "fsdp2",
+            "--print-config",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    cfg = yaml.safe_load(result.output)
+    assert cfg["env"]["name"] == "guess-number"
+    assert cfg["algo"]["filter_keep_ratio"] == 0.25  # from the preset
+    assert cfg["algo"]["clip_eps_high"] == 0.3  # the file beats the preset
+    assert cfg["trainer"]["num_steps"] == 5 and cfg["trainer"]["num_groups"] == 6
+    assert cfg["trainer"]["backend"] == "fsdp2"
+    assert cfg["model"]["name"] == "smollm2-135m"  # the CPU default
