@@ -2,7 +2,7 @@
 
 One torchrun launch (`_dist_worker.py`) runs every check; each test reads one result.
 Tolerances (fp32, measured max abs differences in the note `notes/issue-4-distributed.md`):
-gradients 1e-6 (values up to ~0.5), grad norm 1e-5 relative, weights after one step 2e-5 and
+gradients 1e-6 (values up to ~0.5), grad norm 1e-4 relative, weights after one step 2e-5 and
 after two steps 1e-4 (one AdamW update is ~1e-2 per weight).
 """
 
@@ -19,7 +19,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from agentrl.train._dist import decoder_layers, load_hf_weights, save_hf, tied_pairs
 
 GRAD_TOL = 1e-6
-NORM_RTOL = 1e-5
+NORM_RTOL = 1e-4
 WEIGHT_TOL_STEP1 = 2e-5
 WEIGHT_TOL_STEP2 = 1e-4
 

@@ -78,6 +78,6 @@ def test_ray_fsdp2_ranks_match_local(ray_cluster) -> None:
     )
     ref_norm = train_rows(local, [0, 1, 2, 3])
     ref = local.full_state_dict()
-    assert norms[0] == norms[1] == pytest.approx(ref_norm, rel=1e-5)
+    assert norms[0] == norms[1] == pytest.approx(ref_norm, rel=1e-4)
     assert set(weights) == set(ref)
     assert max(float((weights[k] - ref[k]).abs().max()) for k in ref) < 2e-5
