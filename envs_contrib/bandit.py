@@ -126,3 +126,11 @@ class BanditEnv(TokenEnv):
         """One of the two arm names."""
         arms = getattr(self, "arms", [self.lo_arm_name, self.hi_arm_name])
         return f"<answer>{arms[int(rng.integers(2))]}</answer>"
+
+
+class ReversedBanditEnv(BanditEnv):
+    """The bandit with the arm names swapped: "Dragon" is safe and "Phoenix" risky."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """`BanditEnv(lo_arm_name="Dragon", hi_arm_name="Phoenix", **kwargs)`."""
+        super().__init__(**{"lo_arm_name": "Dragon", "hi_arm_name": "Phoenix", **kwargs})

@@ -5,7 +5,8 @@ intermediate result a positive integer) and takes its value as the target. The a
 expression in `<answer>...</answer>` that uses each given number exactly once. Rewards follow
 RAGEN / TinyZero: 1.0 for a correct expression, `format_score` (0.1) for a well-formed one
 that uses exactly the given numbers but misses the target, 0.0 otherwise. Expressions are
-evaluated exactly (fractions) by a safe parser, never `eval`.
+evaluated exactly (fractions) by the math env's safe parser (`agentrl.envs.math.expr`),
+never `eval`.
 
 >>> env = CountdownEnv()
 >>> obs, info = env.reset(seed=0)
@@ -20,8 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agentrl.envs.base import Observation, TokenEnv
+from agentrl.envs.math.expr import ExprError, check_numbers_used, parse_expression
 from agentrl.envs.parsing import parse_answer
-from envs_contrib._expr import ExprError, evaluate
 
 _OPS = ("+", "-", "*", "/")
 
@@ -73,7 +74,7 @@ def generate_puzzle(
 
 
 class CountdownEnv(TokenEnv):
-    """Reach the target number using each given number exactly once with + - * /."""
+    """Countdown, RAGEN rules: use every number exactly once to hit the target (0.1 format score)."""
 
     system_prompt: ClassVar[str] = (
         "You are solving the Countdown puzzle. Use each given number exactly once, with "
@@ -148,22 +149,24 @@ class CountdownEnv(TokenEnv):
         if answer is None:
             feedback = "No <answer>...</answer> found."
         else:
-            expr = answer.split("=")[0]  # "2 + 5 - 3 = 4" counts as "2 + 5 - 3"
-            try:
-                value, used = evaluate(expr)
+            try:  # "2 + 5 - 3 = 4" reads as "2 + 5 - 3"; no unary minus, integers only
+                expr = parse_expression(answer)
             except ExprError as e:
                 feedback = f"Invalid expression: {e}."
             else:
-                if sorted(used) != sorted(self.numbers):
-                    feedback = f"Use each of {self.numbers} exactly once (you used {used})."
-                elif value != self.target:
-                    valid = True
-                    reward = self.format_score
-                    feedback = f"Your expression equals {_show(value)}, not {self.target}."
+                try:
+                    check_numbers_used(expr.numbers, self.numbers, exactly=True)
+                except ExprError as e:
+                    feedback = f"Use each of {self.numbers} exactly once ({e})."
                 else:
-                    valid = correct = True
-                    reward = 1.0
-                    feedback = "Correct!"
+                    valid = True
+                    if expr.value == self.target:
+                        correct = True
+                        reward = 1.0
+                        feedback = "Correct!"
+                    else:
+                        reward = self.format_score
+                        feedback = f"Your expression equals {_show(expr.value)}, not {self.target}."
         out_of_turns = self._turns >= self.max_turns
         self._done = correct or out_of_turns
         truncated = not correct and out_of_turns

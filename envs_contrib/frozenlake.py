@@ -220,3 +220,11 @@ class FrozenLakeEnv(TokenEnv):
         n = int(rng.integers(1, self.max_actions_per_turn + 1))
         names = " || ".join(ACTIONS[int(i)] for i in rng.integers(4, size=n))
         return f"<answer>{names}</answer>"
+
+
+class NonSlipperyFrozenLakeEnv(FrozenLakeEnv):
+    """FrozenLake without slipping: every action moves where it says."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """`FrozenLakeEnv(is_slippery=False, **kwargs)`."""
+        super().__init__(**{"is_slippery": False, **kwargs})

@@ -11,7 +11,7 @@ The wrapped env is seeded through its own `reset(seed=...)` with a seed drawn fr
     GymTextEnv("CliffWalking-v1", max_turns=20)
     GymTextEnv("MyEnv-v0", formatter="mypkg.fmt:describe", action_names=["Stay", "Go"])
 
->>> env = GymTextEnv("FrozenLake-v1", is_slippery=False)
+>>> env = GymTextEnv("FrozenLake-v1", is_slippery=False, max_actions_per_turn=6)
 >>> obs, info = env.reset(seed=0)
 >>> print(obs.splitlines()[0])
 P___
@@ -354,3 +354,35 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+class GymFrozenLake(GymTextEnv):
+    """Gymnasium's FrozenLake-v1 (fixed 4x4 map, slippery) through the Gymnasium adapter."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """`GymTextEnv("FrozenLake-v1", **kwargs)`."""
+        super().__init__("FrozenLake-v1", **kwargs)
+
+
+class GymTaxi(GymTextEnv):
+    """Gymnasium's Taxi (v3 rules; v4 in gymnasium 1.4) through the Gymnasium adapter."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """`GymTextEnv("Taxi-v4", **kwargs)`."""
+        super().__init__("Taxi-v4", **kwargs)
+
+
+class GymCliffWalking(GymTextEnv):
+    """Gymnasium's CliffWalking-v1 through the Gymnasium adapter."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """`GymTextEnv("CliffWalking-v1", **kwargs)`."""
+        super().__init__("CliffWalking-v1", **kwargs)
+
+
+class GymBlackjack(GymTextEnv):
+    """Gymnasium's Blackjack-v1 through the Gymnasium adapter."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """`GymTextEnv("Blackjack-v1", **kwargs)`."""
+        super().__init__("Blackjack-v1", **kwargs)

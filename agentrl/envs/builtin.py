@@ -64,3 +64,39 @@ register(
     requires=("docker",),
     summary="Counting tasks with a sandboxed Python tool (Hermes/Qwen2.5 tool calls).",
 )
+register(
+    "math",
+    "agentrl.envs.math.env:MathEnv",
+    source="agentrl",
+    summary="Verifiable math: data_path=FILE or generator=arithmetic|linear|countdown; \\boxed{} answers.",
+)
+register(
+    "math-arithmetic",
+    "agentrl.envs.math.env:MathEnv",
+    source="agentrl",
+    summary="Generated arithmetic, difficulty 1-5 (exact answers, fractions at 4+).",
+    generator="arithmetic",
+)
+register(
+    "math-linear",
+    "agentrl.envs.math.env:MathEnv",
+    source="agentrl",
+    summary="Generated linear equations in x, difficulty 1-5.",
+    generator="linear",
+)
+register(
+    "math-multiturn",
+    "agentrl.envs.math.env:MathEnv",
+    source="agentrl",
+    summary="Generated arithmetic with feedback and up to 3 attempts (discounted reward).",
+    generator="arithmetic",
+    multi_turn=True,
+)
+register(
+    "countdown",
+    "agentrl.envs.math.env:MathEnv",
+    source="agentrl",
+    summary="Reach a target with given numbers (+-*/, each at most once); <answer>expr</answer>.",
+    generator="countdown",
+    answer_format="answer_tag",
+)

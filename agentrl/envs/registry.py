@@ -117,8 +117,19 @@ def registry() -> dict[str, EnvSpec]:
     return dict(sorted(_REGISTRY.items()))
 
 
+PREFIX_SCHEMES: dict[str, tuple[str, str]] = {
+    "gym": ("envs_contrib.gym_adapter:GymTextEnv", "env_id"),
+    "textarena": ("envs_contrib.textarena_adapter:TextArenaEnv", "game_id"),
+}
+"""`prefix:ID` names: `gym:Taxi-v3` builds the entry point with `env_id="Taxi-v3"`."""
+
+
 def spec(name: str) -> EnvSpec:
-    """The spec for `name`, or a `module.path:Class` string made into one."""
+    """The spec for `name`, a `gym:ID` / `textarena:ID` name, or a `module.path:Class` string."""
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in PREFIX_SCHEMES and rest:
+        entry_point, arg = PREFIX_SCHEMES[prefix]
+        return EnvSpec(name, entry_point, {arg: rest}, source=prefix)
     if ":" in name:
         return EnvSpec(name, name, {}, source=name.partition(":")[0])
     known = registry()

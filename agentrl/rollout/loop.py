@@ -59,6 +59,12 @@ class _OutOfTime(Exception):
 
 
 # -- where env calls run ----------------------------------------------------------------------
+def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]]]:
+    """What the loop needs from a new env: system prompt, turn limit, tool schemas (if any)."""
+    tools = getattr(env, "tools", None) or []
+    return env.system_prompt, env.max_turns, [dict(t) for t in tools]
+
+
 class _ThreadEnvs:
     """Envs live in this process; their calls run in a thread pool."""
 
@@ -67,9 +73,9 @@ class _ThreadEnvs:
         self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-env")
         self.envs: dict[int, TokenEnv] = {}
 
-    def _create(self, eid: int) -> tuple[str, int]:
+    def _create(self, eid: int) -> tuple[str, int, list[dict[str, Any]]]:
         env = self.envs[eid] = self.factory()
-        return env.system_prompt, env.max_turns
+        return _env_header(env)
 
     def _call(self, eid: int, method: str, arg: Any) -> Any:
         if method == "create":
@@ -100,7 +106,7 @@ def _env_worker(conn: Any, factory: EnvFactory) -> None:
         try:
             if method == "create":
                 env = envs[eid] = factory()
-                result: Any = (env.system_prompt, env.max_turns)
+                result: Any = _env_header(env)
             elif method == "reset":
                 result = envs[eid].reset(seed=arg)
             elif method == "step":
@@ -214,10 +220,12 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
             env_s += time.monotonic() - t0
 
     try:
-        system_prompt, env_max_turns = await env_call("create")
+        system_prompt, env_max_turns, tools = await env_call("create")
         observation, _ = await env_call("reset", seed)
         traj.system_prompt, traj.first_observation = system_prompt, observation
-        tokens = EpisodeTokens(bridge, system_prompt, observation)
+        tokens = EpisodeTokens(bridge, system_prompt, observation, tools=tools)
+        if tokens.per_turn and bridge.prefix_preserving:  # only the tool conversation differs
+            _warn_once(bridge, tokens.probe_error, tools=True)
         max_turns = cfg.max_turns or env_max_turns
         stops = ctx.sampling.stop_token_ids + tuple(
             i for i in bridge.stop_token_ids if i not in ctx.sampling.stop_token_ids
@@ -317,14 +325,16 @@ def rollout_metrics(trajs: Sequence[Trajectory], wall_s: float) -> dict[str, flo
     return {f"rollout/{k}": float(v) for k, v in metric.items()}
 
 
-def _warn_once(bridge: ChatBridge) -> None:
+def _warn_once(bridge: ChatBridge, probe_error: str | None, *, tools: bool = False) -> None:
     key = f"{getattr(bridge.tokenizer, 'name_or_path', '')}:{hash(bridge.tokenizer.chat_template)}"
+    key += ":tools" if tools else ""
     if key in _warned_templates:
         return
     _warned_templates.add(key)
+    what = "with tools and tool messages " if tools else ""
     warnings.warn(
-        "the chat template is not prefix-preserving "
-        f"({bridge.probe_error}); trajectories are stored as one sample per turn, each with "
+        f"the chat template is not prefix-preserving {what}"
+        f"({probe_error}); trajectories are stored as one sample per turn, each with "
         "its full prompt (metric rollout/per_turn_sample_rate)",
         stacklevel=3,
     )
@@ -354,7 +364,7 @@ async def arollout(
     sampling = sampling or cfg.sampling.to_params()
     bridge = bridge or ChatBridge(tokenizer)
     if not bridge.prefix_preserving:
-        _warn_once(bridge)
+        _warn_once(bridge, bridge.probe_error)
     env_cls = _ThreadEnvs if cfg.env_executor == "thread" else _ProcessEnvs
     num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
     envs = env_cls(env_factory, num_workers)

@@ -22,11 +22,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from agentrl.rollout.engine import Completion, Engine, GenerationRequest
+
+if TYPE_CHECKING:
+    from agentrl.rollout.config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -287,3 +290,37 @@ class RayEngine:
                 ray.get(actor.update_weights.remote(ref, version), timeout=self.update_timeout_s)
             self._replicas[dead.index] = _Replica(actor, dead.index, dead.generation + 1)
             self.restarts += 1
+
+
+def engine_from_config(model: str, cfg: EngineConfig, *, dtype: str = "auto") -> Engine:
+    """The engine `cfg` describes for `model`: HF or vLLM, in-process or as Ray replicas."""
+    if cfg.device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    else:
+        device = cfg.device
+    if cfg.name == "hf":
+        spec = EngineSpec(
+            "hf", model, {"dtype": dtype, "device": device, "max_batch_size": cfg.max_batch_size}
+        )
+    else:
+        spec = EngineSpec(
+            "vllm",
+            model,
+            {
+                "dtype": dtype,
+                "max_model_len": cfg.max_model_len,
+                "gpu_memory_utilization": cfg.gpu_memory_utilization,
+                "kv_cache_gb": cfg.kv_cache_gb,
+            },
+        )
+    if not cfg.ray:
+        return spec.build()
+    return RayEngine(
+        spec,
+        num_replicas=cfg.num_replicas,
+        num_cpus=cfg.num_cpus_per_replica,
+        num_gpus=cfg.num_gpus_per_replica,
+        placement_strategy=cfg.placement_strategy,
+        address=cfg.ray_address,
+        update_timeout_s=cfg.update_timeout_s,
+    )

@@ -123,10 +123,13 @@ class LocalBackend:
         return value
 
     def save(self, path: Path) -> None:
-        """Model in Hugging Face format under `path/model`, optimizer and scheduler beside."""
+        """Model in Hugging Face format under `path/model` (LoRA merged; the adapters alone
+        under `path/adapter`), optimizer and scheduler beside."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.module.save_pretrained(path / "model", safe_serialization=True)
+        if self.lora:  # adapters to resume from, merged weights for export and eval
+            self.module.save_pretrained(path / "adapter", safe_serialization=True)
+        self.save_model(path / "model")
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
 
@@ -146,7 +149,7 @@ class LocalBackend:
             import peft
 
             peft.set_peft_model_state_dict(
-                self.module, load_file(str(path / "model" / "adapter_model.safetensors"))
+                self.module, load_file(str(path / "adapter" / "adapter_model.safetensors"))
             )
         else:
             load_weights_in_place(self.module, path / "model")

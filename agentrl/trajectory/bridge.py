@@ -7,6 +7,12 @@ assistant turn for the new messages, plus the next generation prompt. The delta 
 rendering a conversation whose last assistant turn is a placeholder and taking the text after
 the placeholder; token-prefix checks prove the split falls on a token boundary.
 
+Tool envs expose JSON schemas on `env.tools`; they reach the template as `tools=` (the
+Qwen2.5/Hermes templates write them into the system turn). A template that ignores `tools`
+(plain ChatML, as the `tiny` model has) gets the same Hermes-style tool block appended to
+the system message instead, so the model always sees the tools it may call. Tool results
+come back as `tool` role messages and are rendered as the template's delta like any other.
+
 Some templates re-render history (Qwen3 drops `<think>...</think>` from earlier assistant
 turns). `ChatBridge.prefix_preserving` is False for those, and `EpisodeTokens` then keeps one
 `Sample` per turn, each with the full prompt the engine was given.
@@ -21,8 +27,9 @@ turns). `ChatBridge.prefix_preserving` is False for those, and `EpisodeTokens` t
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.envs.base import Observation
@@ -39,6 +46,47 @@ _PROBE_TURNS: list[tuple[str, str]] = [
 ]
 """Assistant actions and env replies used to test a template for prefix preservation."""
 
+_PROBE_TOOL_TURNS: list[tuple[str, Observation]] = [
+    (
+        'Let me check.\n<tool_call>\n{"name": "probe", "arguments": {"x": 1}}\n</tool_call>',
+        [{"role": "tool", "content": "1"}, {"role": "tool", "content": "2"}],
+    ),
+    ("<answer>3</answer>", "Episode finished."),
+]
+"""Extra probe turns when tools are given: a tool call answered by two `tool` messages."""
+
+_PROBE_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "probe",
+        "description": "A tool used to probe the chat template.",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"type": "integer"}},
+            "required": ["x"],
+        },
+    },
+}
+
+Tools = Sequence[Mapping[str, Any]]
+"""Tool schemas (OpenAI style, `{"type": "function", "function": {...}}`), as `env.tools`."""
+
+
+def tools_block(tools: Tools) -> str:
+    """The Hermes-style tool description for templates that ignore `tools=`.
+
+    It tells the model the signatures and the `<tool_call>` format the tool envs parse.
+    """
+    lines = "\n".join(json.dumps(dict(t), ensure_ascii=False) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{lines}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+
 
 class TemplateError(ValueError):
     """The tokenizer has no usable chat template."""
@@ -51,9 +99,17 @@ def to_messages(observation: Observation) -> list[dict[str, str]]:
     return [{"role": m["role"], "content": m["content"]} for m in observation]
 
 
-def _first_messages(system_prompt: str, observation: Observation) -> list[dict[str, str]]:
-    head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+def _first_messages(
+    system_prompt: str, observation: Observation, tools_text: str = ""
+) -> list[dict[str, str]]:
+    """System message (with `tools_text` appended, for templates that ignore tools) + obs."""
+    system = "\n\n".join(part for part in (system_prompt, tools_text) if part)
+    head = [{"role": "system", "content": system}] if system else []
     return head + to_messages(observation)
+
+
+def _tools_key(tools: Tools | None) -> str:
+    return json.dumps([dict(t) for t in tools], sort_keys=True) if tools else ""
 
 
 class ChatBridge:
@@ -74,15 +130,47 @@ class ChatBridge:
             stops.append(int(eos))
         self.stop_token_ids: tuple[int, ...] = tuple(stops)
         """Ids that end a turn; pass them to the engine as stop ids."""
-        self.prefix_preserving, self.probe_error = self._probe()
-        """Whether appending deltas reproduces the template's own rendering, and why not."""
+        self.renders_tools: bool = self._renders_tools()
+        """Whether the template writes `tools=` schemas itself; if not, the bridge appends
+        `tools_block(tools)` to the system message."""
+        self._probes: dict[str, tuple[bool, str | None]] = {}
+        self.prefix_preserving, self.probe_error = self.probe()
+        """Whether appending deltas reproduces the template's own rendering, and why not
+        (for conversations without tools; `probe(tools)` checks a tool conversation)."""
 
     # -- rendering -------------------------------------------------------------------------
-    def render_text(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
-        """The template's text for `messages`."""
+    def render_text(
+        self,
+        messages: Sequence[dict[str, str]],
+        add_generation_prompt: bool,
+        tools: Tools | None = None,
+    ) -> str:
+        """The template's text for `messages` (`tools` go to the template if it renders them)."""
+        extra: dict[str, Any] = {}
+        if tools and self.renders_tools:
+            extra["tools"] = [dict(t) for t in tools]
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
+
+    def _renders_tools(self) -> bool:
+        messages = [{"role": "user", "content": "x"}]
+        try:
+            with_tools = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, tools=[_PROBE_TOOL]
+            )
+        except Exception as e:  # a template that rejects `tools=`: describe them ourselves
+            log.debug("chat template rejects tools=: %s", e)
+            return False
+        return with_tools != self.render_text(messages, add_generation_prompt=True)
+
+    def first_messages(
+        self, system_prompt: str, observation: Observation, tools: Tools | None = None
+    ) -> list[dict[str, str]]:
+        """The first prompt's messages; the tool block is in the system message when the
+        template ignores `tools=`."""
+        text = tools_block(tools) if tools and not self.renders_tools else ""
+        return _first_messages(system_prompt, observation, text)
 
     def encode(self, text: str) -> list[int]:
         """Ids for template text (special tokens in the text are parsed, none are added)."""
@@ -92,16 +180,22 @@ class ChatBridge:
         """Text of `ids`, for display and for the env; never re-encoded for training."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def prompt_ids(self, system_prompt: str, observation: Observation) -> list[int]:
-        """The first prompt: system prompt + first observation + generation prompt."""
-        return self.render_ids(_first_messages(system_prompt, observation))
+    def prompt_ids(
+        self, system_prompt: str, observation: Observation, tools: Tools | None = None
+    ) -> list[int]:
+        """The first prompt: system prompt (+ tools) + first observation + generation prompt."""
+        return self.render_ids(self.first_messages(system_prompt, observation, tools), tools)
 
-    def render_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+    def render_ids(
+        self, messages: Sequence[dict[str, str]], tools: Tools | None = None
+    ) -> list[int]:
         """A whole conversation with the generation prompt (the per-turn-sample prompt)."""
-        return self.encode(self.render_text(messages, add_generation_prompt=True))
+        return self.encode(self.render_text(messages, add_generation_prompt=True, tools=tools))
 
-    def _suffix_after_placeholder(self, messages: list[dict[str, str]], gen: bool) -> list[int]:
-        text = self.render_text(messages, add_generation_prompt=gen)
+    def _suffix_after_placeholder(
+        self, messages: list[dict[str, str]], gen: bool, tools: Tools | None = None
+    ) -> list[int]:
+        text = self.render_text(messages, add_generation_prompt=gen, tools=tools)
         cut = text.rfind(PLACEHOLDER)
         if cut < 0:
             raise TemplateError("the chat template does not render assistant message content")
@@ -126,16 +220,21 @@ class ChatBridge:
         observation: Observation,
         *,
         sampled_ids: Sequence[int],
+        tools: Tools | None = None,
     ) -> list[int]:
         """Ids to append after a turn's sampled ids: the template's delta for `observation`.
 
-        If the sampled ids already end with the template's end-of-turn id (the engine stopped
-        on it), it is not repeated; if generation stopped by length, the end-of-turn ids are
-        part of the returned ids (they are prompt ids, never trained on).
+        `observation` may be a list of `tool` messages (Qwen2.5 folds consecutive ones into
+        one user turn of `<tool_response>` blocks). If the sampled ids already end with the
+        template's end-of-turn id (the engine stopped on it), it is not repeated; if
+        generation stopped by length, the end-of-turn ids are part of the returned ids (they
+        are prompt ids, never trained on).
         """
-        context = _first_messages(system_prompt, first_observation)
+        context = self.first_messages(system_prompt, first_observation, tools)
         messages = context + [{"role": "assistant", "content": PLACEHOLDER}]
-        after = self._suffix_after_placeholder(messages + to_messages(observation), gen=True)
+        after = self._suffix_after_placeholder(
+            messages + to_messages(observation), gen=True, tools=tools
+        )
         return after[self.covered_by_sampled(sampled_ids, after) :]
 
     def covered_by_sampled(self, sampled_ids: Sequence[int], after_ids: Sequence[int]) -> int:
@@ -147,21 +246,32 @@ class ChatBridge:
         return 0
 
     # -- prefix-preservation probe ---------------------------------------------------------
-    def _probe(self) -> tuple[bool, str | None]:
-        """Check that prompt + actions + deltas equal the template's own full rendering."""
+    def probe(self, tools: Tools | None = None) -> tuple[bool, str | None]:
+        """Whether prompt + actions + deltas equal the template's own full rendering.
+
+        With `tools`, the probe conversation carries the schemas and adds a turn answered by
+        two `tool` messages. Results are cached per tool set. Returns (ok, where it differs).
+        """
+        key = _tools_key(tools)
+        if key not in self._probes:
+            self._probes[key] = self._probe(tools)
+        return self._probes[key]
+
+    def _probe(self, tools: Tools | None) -> tuple[bool, str | None]:
+        turns: list[tuple[str, Observation]] = list(_PROBE_TURNS)
+        if tools:
+            turns += _PROBE_TOOL_TURNS
         for system_prompt in ("You solve puzzles.", ""):
-            first = "Start the puzzle."
-            messages = _first_messages(system_prompt, first)
-            built = self.render_text(messages, add_generation_prompt=True)
-            for action, reply in _PROBE_TURNS:
-                messages = messages + [{"role": "assistant", "content": action}]
-                head = messages[: len(_first_messages(system_prompt, first))]
-                probe = head + [{"role": "assistant", "content": PLACEHOLDER}]
-                probe = probe + [{"role": "user", "content": reply}]
-                text = self.render_text(probe, add_generation_prompt=True)
+            first_messages = self.first_messages(system_prompt, "Start the puzzle.", tools)
+            messages = list(first_messages)
+            built = self.render_text(messages, add_generation_prompt=True, tools=tools)
+            for action, reply in turns:
+                probe = first_messages + [{"role": "assistant", "content": PLACEHOLDER}]
+                text = self.render_text(probe + to_messages(reply), True, tools=tools)
                 built += action + text[text.rfind(PLACEHOLDER) + len(PLACEHOLDER) :]
-                messages = messages + [{"role": "user", "content": reply}]
-                full = self.render_text(messages, add_generation_prompt=True)
+                messages = messages + [{"role": "assistant", "content": action}]
+                messages = messages + to_messages(reply)
+                full = self.render_text(messages, add_generation_prompt=True, tools=tools)
                 if full != built:
                     return False, _first_difference(built, full)
         return True, None
@@ -186,16 +296,26 @@ class EpisodeTokens:
     conversation so far, then the sampled ids.
     """
 
-    def __init__(self, bridge: ChatBridge, system_prompt: str, first_observation: Observation):
+    def __init__(
+        self,
+        bridge: ChatBridge,
+        system_prompt: str,
+        first_observation: Observation,
+        tools: Tools | None = None,
+    ):
         self.bridge = bridge
         self.system_prompt = system_prompt
         self.first_observation = first_observation
-        self.per_turn = not bridge.prefix_preserving
-        self._messages: list[dict[str, str]] = _first_messages(system_prompt, first_observation)
+        self.tools: list[dict[str, Any]] = [dict(t) for t in tools] if tools else []
+        """The env's tool schemas, rendered into the first prompt."""
+        ok, self.probe_error = bridge.probe(self.tools)
+        self.per_turn = not ok
+        self._messages = bridge.first_messages(system_prompt, first_observation, self.tools)
         self._seq = Sample([], [], [], [])
         self._done: list[Sample] = []
         self._sampled_into_current = False
-        self._append(self._seq, bridge.prompt_ids(system_prompt, first_observation), turn=-1)
+        first_ids = bridge.prompt_ids(system_prompt, first_observation, self.tools)
+        self._append(self._seq, first_ids, turn=-1)
 
     @staticmethod
     def _append(sample: Sample, ids: Sequence[int], turn: int) -> None:
@@ -225,9 +345,13 @@ class EpisodeTokens:
     def next_ids(self, observation: Observation, sampled_ids: Sequence[int]) -> list[int]:
         """The ids that `add_observation` would add (to check the context budget first)."""
         if self.per_turn:
-            return self.bridge.render_ids(self._messages + to_messages(observation))
+            return self.bridge.render_ids(self._messages + to_messages(observation), self.tools)
         return self.bridge.observation_ids(
-            self.system_prompt, self.first_observation, observation, sampled_ids=sampled_ids
+            self.system_prompt,
+            self.first_observation,
+            observation,
+            sampled_ids=sampled_ids,
+            tools=self.tools,
         )
 
     def next_length(self, ids: Sequence[int]) -> int:

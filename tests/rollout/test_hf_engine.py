@@ -144,3 +144,16 @@ def test_update_weights_in_place(tiny_model_path: Path) -> None:
         engine.close()
     with pytest.raises(RuntimeError, match="closed"):
         generate_sync(engine, [GenerationRequest([1], SamplingParams())])
+
+
+def test_engine_from_config_builds_hf(tiny_model_path: Path) -> None:
+    from agentrl.rollout.config import EngineConfig
+    from agentrl.rollout.ray_engine import engine_from_config
+
+    engine = engine_from_config(str(tiny_model_path), EngineConfig(max_batch_size=4))
+    try:
+        assert isinstance(engine, HFEngine) and engine.max_batch_size == 4
+        params = SamplingParams(max_new_tokens=3, ignore_eos=True)
+        assert len(generate_sync(engine, [GenerationRequest([1, 2], params)])[0].token_ids) == 3
+    finally:
+        engine.close()

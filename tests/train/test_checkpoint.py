@@ -92,3 +92,23 @@ def test_checkpoint_model_loads_with_transformers(tmp_path) -> None:
     for k, v in model.state_dict().items():
         assert torch.equal(v, backend.full_state_dict()[k]), k
     assert not any(p.name.startswith(".tmp") for p in (tmp_path / "checkpoints").iterdir())
+
+
+def test_lora_backend_trains_adapters_and_exports_merged_weights(tmp_path) -> None:
+    cfg = TrainConfig.model_validate({"trainer": {"lora": {"enabled": True, "r": 4}}})
+    torch.manual_seed(0)
+    backend = make_backend(cfg, load_model("tiny"), lr=1e-2, num_optimizer_steps=10)
+    before = {k: v.clone() for k, v in backend.full_state_dict().items()}
+    assert set(before) == set(load_model("tiny").state_dict())  # plain HF names for engines
+    _train_once(backend)
+    after = backend.full_state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("proj" in k for k in changed)  # only adapted layers move
+    save_checkpoint(tmp_path, TrainerState(step=1), policy=backend)
+    merged = AutoModelForCausalLM.from_pretrained(model_dir(tmp_path))
+    for k, v in after.items():
+        assert torch.allclose(merged.state_dict()[k], v, atol=1e-6), k
+    restored = make_backend(cfg, load_model("tiny"), lr=1e-2, num_optimizer_steps=10)
+    load_checkpoint(latest_checkpoint(tmp_path), policy=restored)
+    for k, v in restored.full_state_dict().items():
+        assert torch.equal(v, after[k]), k
