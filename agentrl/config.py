@@ -23,7 +23,6 @@ from agentrl.train.config import (
     EvalConfig,
     LoggingConfig,
     OptimConfig,
-    RayConfig,
     TrainerConfig,
 )
 
@@ -75,8 +74,6 @@ class TrainConfig(_Section):
     """Periodic evaluation on validation seeds."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Metrics, TensorBoard, W&B, trajectories, progress bar, collapse warning."""
-    ray: RayConfig = Field(default_factory=RayConfig)
-    """Scale out on Ray."""
     seed: int = 0
     """Seed for torch, numpy and the env seed sequence."""
 

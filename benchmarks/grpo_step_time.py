@@ -67,11 +67,19 @@ def bench_agentrl(steps: int) -> tuple[list[float], float]:
     register("bench-vowels", _make_env_class())
     cfg = load_config(
         overrides=[
-            "env.name=bench-vowels", "model.name=tiny", "algo.kl_coef=0.0",
-            f"rollout.group_size={GROUP_SIZE}", f"trainer.num_groups={NUM_PROMPTS}",
-            f"rollout.sampling.max_new_tokens={MAX_NEW_TOKENS}", "trainer.num_threads=1",
-            f"trainer.num_steps={steps + 100}", "checkpoint.every=0", f"optim.lr={LR}",
-            "logging.tensorboard=false", "logging.save_trajectories=0", "logging.progress=false",
+            "env.name=bench-vowels",
+            "model.name=tiny",
+            "algo.kl_coef=0.0",
+            f"rollout.group_size={GROUP_SIZE}",
+            f"trainer.num_groups={NUM_PROMPTS}",
+            f"rollout.sampling.max_new_tokens={MAX_NEW_TOKENS}",
+            "trainer.num_threads=1",
+            f"trainer.num_steps={steps + 100}",
+            "checkpoint.every=0",
+            f"optim.lr={LR}",
+            "logging.tensorboard=false",
+            "logging.save_trajectories=0",
+            "logging.progress=false",
         ],
         base=load_preset("grpo"),
     )
@@ -105,7 +113,9 @@ def bench_trl(steps: int) -> tuple[list[float], float] | None:
     path = resolve_model("tiny")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    prompts = [[{"role": "user", "content": PROMPT.format(i)}] for i in range((steps + 1) * NUM_PROMPTS)]
+    prompts = [
+        [{"role": "user", "content": PROMPT.format(i)}] for i in range((steps + 1) * NUM_PROMPTS)
+    ]
     dataset = Dataset.from_dict({"prompt": prompts})
     lengths: list[float] = []
 
@@ -125,15 +135,33 @@ def bench_trl(steps: int) -> tuple[list[float], float] | None:
 
     with tempfile.TemporaryDirectory() as out:
         args = trl.GRPOConfig(
-            output_dir=out, learning_rate=LR, per_device_train_batch_size=NUM_PROMPTS * GROUP_SIZE,
-            gradient_accumulation_steps=1, num_generations=GROUP_SIZE, steps_per_generation=1,
-            num_iterations=1, max_completion_length=MAX_NEW_TOKENS, temperature=1.0, beta=0.0,
-            max_steps=steps + 1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-            logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, seed=0,
+            output_dir=out,
+            learning_rate=LR,
+            per_device_train_batch_size=NUM_PROMPTS * GROUP_SIZE,
+            gradient_accumulation_steps=1,
+            num_generations=GROUP_SIZE,
+            steps_per_generation=1,
+            num_iterations=1,
+            max_completion_length=MAX_NEW_TOKENS,
+            temperature=1.0,
+            beta=0.0,
+            max_steps=steps + 1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            seed=0,
         )
         trainer = trl.GRPOTrainer(
-            model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
-            processing_class=tokenizer, callbacks=[Clock()],
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[Clock()],
         )
         trainer.train()
     times = [stamps[i + 1] - stamps[i] for i in range(0, len(stamps) - 1, 2)]
@@ -143,21 +171,29 @@ def bench_trl(steps: int) -> tuple[list[float], float] | None:
 def main() -> None:
     """Run both sides and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per side (after 1 warm-up)")
+    parser.add_argument(
+        "--steps", type=int, default=4, help="timed steps per side (after 1 warm-up)"
+    )
     steps = parser.parse_args().steps
     import torch
 
     torch.set_num_threads(1)
     ours, our_len = bench_agentrl(steps)
-    print(f"agentrl: {statistics.mean(ours):.2f} s/step (steps {[round(t, 2) for t in ours]}), "
-          f"{our_len:.1f} sampled tokens per answer")
+    print(
+        f"agentrl: {statistics.mean(ours):.2f} s/step (steps {[round(t, 2) for t in ours]}), "
+        f"{our_len:.1f} sampled tokens per answer"
+    )
     theirs = bench_trl(steps)
     if theirs is None:
-        print("TRL is not installed: pip install trl==1.16.0 to compare (not an agentrl dependency)")
+        print(
+            "TRL is not installed: pip install trl==1.16.0 to compare (not an agentrl dependency)"
+        )
         return
     trl_times, trl_len = theirs
-    print(f"TRL GRPOTrainer: {statistics.mean(trl_times):.2f} s/step (steps "
-          f"{[round(t, 2) for t in trl_times]}), {trl_len:.1f} tokens per answer")
+    print(
+        f"TRL GRPOTrainer: {statistics.mean(trl_times):.2f} s/step (steps "
+        f"{[round(t, 2) for t in trl_times]}), {trl_len:.1f} tokens per answer"
+    )
     ratio = statistics.mean(ours) / statistics.mean(trl_times)
     verdict = "meets" if ratio <= 0.5 else "misses"
     print(f"agentrl / TRL time per step: {ratio:.2f} ({verdict} the goal of <= 0.5)")

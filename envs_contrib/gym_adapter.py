@@ -308,7 +308,7 @@ class GymTextEnv(TokenEnv):
         feedback = (
             "" if problem is None else f"{problem} Actions: {', '.join(self.action_names)}.\n"
         )
-        tail = "The episode is over." if self._done else self._hint()
+        tail = f"The episode is over (return {self._return:g})." if self._done else self._hint()
         info = {
             "success": success,
             "valid": problem is None,

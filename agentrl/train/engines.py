@@ -72,23 +72,6 @@ class SeededEngine:
 def build_engine(cfg: Any, model_path: Path) -> Engine:
     """The engine `cfg.engine` names (`hf` or `vllm`, in-process or as Ray replicas), loaded
     with the weights at `model_path`."""
-    from agentrl.train.backend import resolve_device
+    from agentrl.rollout.ray_engine import engine_from_config
 
-    device = str(resolve_device(cfg.trainer.device))
-    threads = cfg.trainer.num_threads or None
-    if cfg.engine.ray:
-        from agentrl.rollout.ray_engine import RayEngine
-
-        return RayEngine(
-            str(model_path),
-            engine=cfg.engine.name,
-            num_replicas=cfg.engine.num_replicas,
-            address=cfg.ray.address,
-        )
-    if cfg.engine.name == "vllm":
-        from agentrl.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine(str(model_path))
-    from agentrl.rollout.hf_engine import HFEngine
-
-    return HFEngine(str(model_path), dtype=cfg.model.dtype, device=device, num_threads=threads)
+    return engine_from_config(str(model_path), cfg.engine, dtype=cfg.model.dtype)

@@ -172,6 +172,7 @@ class Trainer:
         if resume:
             self.logger.truncate_after(self.state.step)
         self.collapse = CollapseDetector(cfg.logging.collapse)
+        self.collapse.load_state(self.state.collapse_history)
         self._last_checkpoint_s: float | None = None
         self._pending: concurrent.futures.Future[RolloutResult] | None = None
         self._prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout")
@@ -469,6 +470,7 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Write a checkpoint of the current state (atomic, keeps the last k)."""
+        self.state = replace(self.state, collapse_history=self.collapse.state())
         return save_checkpoint(
             self.run_dir,
             self.state,

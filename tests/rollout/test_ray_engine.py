@@ -203,7 +203,9 @@ def test_vllm_replicas_on_two_nodes(two_node_cluster: str, tiny_model_path: Path
         t0 = time.perf_counter()
         completions = generate_sync(engine, requests)
         elapsed = time.perf_counter() - t0
-        print(f"vLLM on Ray: {sum(len(c.token_ids) for c in completions) / elapsed:.0f} tok/s")
+        print(
+            f"vLLM on Ray, first call: {sum(len(c.token_ids) for c in completions) / elapsed:.0f} tok/s"
+        )
         assert sorted(engine._sessions.values()) == [0, 0, 1, 1]
         for req, comp in zip(requests, completions, strict=True):
             expected = _teacher_forced(reference, req.prompt_ids, comp.token_ids)
@@ -212,7 +214,10 @@ def test_vllm_replicas_on_two_nodes(two_node_cluster: str, tiny_model_path: Path
             for p in reference.parameters():
                 p.mul_(1.1)
         engine.update_weights(reference.state_dict(), version=1)
+        t0 = time.perf_counter()
         after = generate_sync(engine, requests)
+        elapsed = time.perf_counter() - t0
+        print(f"vLLM on Ray, warm: {sum(len(c.token_ids) for c in after) / elapsed:.0f} tok/s")
         assert {c.weight_version for c in after} == {1}
         for req, comp in zip(requests, after, strict=True):
             expected = _teacher_forced(reference, req.prompt_ids, comp.token_ids)

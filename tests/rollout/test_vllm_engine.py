@@ -6,6 +6,7 @@ One engine serves the whole module (vLLM starts in 17-100 s on a shared CPU mach
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,12 @@ def test_many_concurrent_episode_tasks(engine) -> None:
     async def main() -> list[Completion]:
         return await asyncio.gather(*(episode(i) for i in range(24)))
 
+    t0 = time.perf_counter()
     results = asyncio.run(main())
+    elapsed = time.perf_counter() - t0
+    print(
+        f"VLLMEngine: 24 concurrent episodes, {sum(len(c.token_ids) for c in results) / elapsed:.0f} tok/s"
+    )
     assert [len(c.token_ids) for c in results] == [3 + i % 5 for i in range(24)]
 
 

@@ -73,6 +73,7 @@ def test_checkpoint_round_trip_restores_weights_optimizer_rng(tmp_path) -> None:
     restored_gen = torch.Generator().manual_seed(99)
     state = load_checkpoint(latest_checkpoint(tmp_path), policy=restored, generator=restored_gen)
     assert state == TrainerState(step=3, seed_cursor=12, weight_version=3)
+    assert state.collapse_history == {}
     for k, v in restored.full_state_dict().items():
         assert torch.equal(v, expected_weights[k]), k
     assert (

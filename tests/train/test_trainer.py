@@ -43,7 +43,7 @@ def _finite(metrics: dict[str, float]) -> None:
 
 @pytest.mark.parametrize("preset", ["grpo", "starpo-s"])
 def test_one_step_updates_weights_and_logs_finite_metrics(tmp_path, preset) -> None:
-    trainer = Trainer(_cfg(preset), tmp_path)
+    trainer = Trainer(_cfg(preset, "eval.every=1", "eval.num_episodes=2"), tmp_path)
     try:
         before = {k: v.clone() for k, v in trainer.policy.full_state_dict().items()}
         metrics = trainer.train_step()
@@ -56,6 +56,7 @@ def test_one_step_updates_weights_and_logs_finite_metrics(tmp_path, preset) -> N
     assert metrics["actor/sampler_logp_diff"] < 1e-4  # token-exact: same model, same tokens
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert metrics["weight_version"] == 1.0
+    assert metrics["eval/num_episodes"] == 2.0 and 0.0 <= metrics["eval/success_rate"] <= 1.0
     assert trainer.engine.weight_version == 1
     if preset == "starpo-s":
         assert metrics["filter/keep_frac"] == pytest.approx(0.5)  # 1 of 2 groups

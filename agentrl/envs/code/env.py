@@ -6,6 +6,9 @@ import json
 import re
 import secrets
 import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl.envs.base import Observation, TokenEnv
@@ -52,6 +55,78 @@ def shared_sandbox(config: SandboxConfig) -> Sandbox:
         if key not in _SHARED:
             _SHARED[key] = make_sandbox(config)
         return _SHARED[key]
+
+
+def run_tests(
+    problem: Problem, code: str, sandbox: Sandbox, *, timeout: float = 10.0, max_chars: int = 2000
+) -> tuple[list[str | None], str]:
+    """Run `problem`'s tests on `code` in `sandbox` (one run for all tests).
+
+    Returns the per-test error (None = passed) and, when the run did not finish (crash,
+    timeout, killed), a summary of what happened (else "").
+    """
+    nonce = "@@agentrl-result-" + secrets.token_hex(8) + "@@"
+    result = sandbox.run(
+        f"NONCE = {nonce!r}\n" + _HARNESS,
+        files={
+            "solution.py": code,
+            "setup.py": problem.setup,
+            "tests.json": json.dumps(problem.tests),
+        },
+        timeout=timeout,
+    )
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith(nonce):
+            return json.loads(line[len(nonce) :]), ""
+    why = result.summary(max_chars)
+    return [f"the test run did not finish: {why}"] * len(problem.tests), why
+
+
+@dataclass(frozen=True)
+class SolutionCheck:
+    """How one solution fared on one problem's tests."""
+
+    problem_id: str
+    passed: int
+    total: int
+    errors: list[str | None]
+    """Per-test error text (None = passed), in the problem's test order."""
+
+    @property
+    def ok(self) -> bool:
+        """Every test passed."""
+        return self.passed == self.total
+
+
+def check_solutions(
+    problems: Sequence[Problem],
+    sandbox: Sandbox,
+    *,
+    solutions: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+    max_workers: int = 4,
+) -> list[SolutionCheck]:
+    """Grade a solution for each problem, concurrently (`max_workers` runs at once).
+
+    `solutions` maps problem id to code; by default each problem's reference `solution`
+    (a problem without one is an error). Use it to prove a problem file's tests are right.
+    """
+    chosen = {}
+    for p in problems:
+        code = solutions.get(p.id) if solutions is not None else p.solution
+        if solutions is None and not code:
+            raise ValueError(f"problem {p.id!r} has no reference solution")
+        if code is not None:
+            chosen[p.id] = (p, code)
+
+    def grade(item: tuple[Problem, str]) -> SolutionCheck:
+        problem, code = item
+        errors, _ = run_tests(problem, code, sandbox, timeout=timeout)
+        passed = sum(e is None for e in errors)
+        return SolutionCheck(problem.id, passed, len(errors), errors)
+
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+        return list(pool.map(grade, chosen.values()))
 
 
 def extract_code(text: str) -> str | None:
@@ -115,21 +190,13 @@ class CodeEnv(TokenEnv):
     def run_tests(self, code: str) -> tuple[list[str | None], str]:
         """Run the problem's tests on `code`: per-test error (None = passed), and run summary."""
         assert self.problem is not None
-        nonce = "@@agentrl-result-" + secrets.token_hex(8) + "@@"
-        result = self.sandbox.run(
-            f"NONCE = {nonce!r}\n" + _HARNESS,
-            files={
-                "solution.py": code,
-                "setup.py": self.problem.setup,
-                "tests.json": json.dumps(self.problem.tests),
-            },
+        return run_tests(
+            self.problem,
+            code,
+            self.sandbox,
             timeout=self.timeout,
+            max_chars=self.max_feedback_chars,
         )
-        for line in reversed(result.stdout.splitlines()):
-            if line.startswith(nonce):
-                return json.loads(line[len(nonce) :]), ""
-        why = result.summary(self.max_feedback_chars)
-        return [f"the test run did not finish: {why}"] * len(self.problem.tests), why
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         """Grade the code block in `action`; reward = fraction of tests passed (at the end)."""

@@ -9,6 +9,9 @@ A problem file has one JSON object per line with the fields:
   the source of a failing test is shown in the feedback.
 - `setup` (str, optional): code run before the solution (imports, helpers).
 - `difficulty` (str, optional): a label such as `easy` or `medium`.
+- `solution` (str, optional): a reference solution that passes every test. It is never shown
+  to the model; `check_solutions` runs it to prove the tests are right (every shipped problem
+  has one).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class Problem:
     tests: list[str]
     setup: str = ""
     difficulty: str = ""
+    solution: str = ""
+    """Reference solution (never shown to the model); empty when the file gives none."""
     extra: dict = field(default_factory=dict)
 
 
@@ -62,7 +67,9 @@ def load_problems(path: str | Path | None = None) -> list[Problem]:
             if row["id"] in seen:
                 raise ValueError(f"{where}: duplicate problem id {row['id']!r}")
             seen.add(row["id"])
-            known = {"id", "prompt", "tests", "setup", "difficulty"}
+            if not isinstance(row.get("solution", ""), str):
+                raise ValueError(f"{where}: `solution` must be a string")
+            known = {"id", "prompt", "tests", "setup", "difficulty", "solution"}
             problems.append(
                 Problem(
                     id=str(row["id"]),
@@ -70,6 +77,7 @@ def load_problems(path: str | Path | None = None) -> list[Problem]:
                     tests=list(tests),
                     setup=str(row.get("setup", "")),
                     difficulty=str(row.get("difficulty", "")),
+                    solution=row.get("solution", ""),
                     extra={k: v for k, v in row.items() if k not in known},
                 )
             )

@@ -80,7 +80,9 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{line_no}: not valid JSON: {e}") from None
             if not isinstance(row, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+                raise DataError(
+                    f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}"
+                )
             yield f"{path.name}:{line_no}", row
 
 
@@ -113,9 +115,7 @@ def _hf_rows(path: Path, hf_split: str | None) -> Iterator[tuple[str, dict[str, 
     if isinstance(data, datasets.DatasetDict):
         if hf_split is None:
             if len(data) != 1:
-                raise DataError(
-                    f"{path} holds splits {sorted(data)}; choose one with hf_split=..."
-                )
+                raise DataError(f"{path} holds splits {sorted(data)}; choose one with hf_split=...")
             hf_split = next(iter(data))
         if hf_split not in data:
             raise DataError(f"{path} has no split {hf_split!r}; it has {sorted(data)}")
@@ -157,7 +157,9 @@ def load_problems(
         answer = reference_answer(row[answer_field])
         question = str(row[question_field]).strip()
         if not question or not answer:
-            raise DataError(f"{path}: record {where} has an empty {question_field!r} or {answer_field!r}")
+            raise DataError(
+                f"{path}: record {where} has an empty {question_field!r} or {answer_field!r}"
+            )
         meta = {k: v for k, v in row.items() if k not in (question_field, answer_field)}
         problems.append(Problem(question, answer, source=where, meta=meta))
     if not problems:

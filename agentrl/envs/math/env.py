@@ -21,11 +21,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentrl.envs.base import Observation, TokenEnv
+from agentrl.envs.base import Message, Observation, TokenEnv
 from agentrl.envs.math.data import Problem, load_problems, split_problems
 from agentrl.envs.math.expr import ExprError, ExprLimits, check_numbers_used, parse_expression
 from agentrl.envs.math.generators import GENERATORS
 from agentrl.envs.math.grading import AnswerFormat, Grader, GradingConfig, Verdict, extract_answer
+from agentrl.envs.tool.tools import parse_tool_calls
 
 __all__ = ["MathEnv", "MathEnvConfig"]
 
@@ -80,6 +81,14 @@ class MathEnvConfig(BaseModel):
     """Countdown: every given number must be used (by default each at most once)."""
     grading: GradingConfig = Field(default_factory=GradingConfig)
     """How answers are compared with references (see `GradingConfig`)."""
+    tools: bool = False
+    """Tool-integrated mode: the model may call a sandboxed `python` tool before answering."""
+    max_tool_calls: int = Field(4, ge=1)
+    """Tool mode: turns with tool calls allowed per episode (added to `max_turns`)."""
+    tool_timeout_s: float = Field(5.0, gt=0)
+    """Tool mode: time limit of one Python run."""
+    sandbox_config: dict[str, Any] = Field(default_factory=dict)
+    """Tool mode: `SandboxConfig` fields for the shared sandbox (e.g. `{"backend": "local"}`)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> MathEnvConfig:
@@ -98,8 +107,12 @@ class MathEnv(TokenEnv):
     )
     max_turns: ClassVar[int] = 1
 
-    def __init__(self, **kwargs: Any) -> None:
-        """Build from `MathEnvConfig` fields (see there); unknown keys are errors."""
+    def __init__(self, sandbox: Any = None, **kwargs: Any) -> None:
+        """Build from `MathEnvConfig` fields (see there); unknown keys are errors.
+
+        `sandbox`: tool mode only, a ready `Sandbox` to run the tool in instead of the shared
+        one built from `sandbox_config`.
+        """
         super().__init__()
         try:
             self.config = MathEnvConfig(**kwargs)
@@ -119,6 +132,14 @@ class MathEnv(TokenEnv):
                 loaded, cfg.split, validation_fraction=cfg.validation_fraction, seed=cfg.split_seed
             )
         self.max_turns = cfg.max_turns if cfg.multi_turn else 1  # type: ignore[misc]
+        self._tool_env: Any = None
+        if cfg.tools:
+            from agentrl.envs.tool.env import PythonToolEnv
+
+            self._tool_env = PythonToolEnv(
+                timeout=cfg.tool_timeout_s, sandbox=sandbox, sandbox_config=cfg.sandbox_config
+            )
+            self.max_turns += cfg.max_tool_calls  # type: ignore[misc]
         hint = _FORMAT_HINTS[cfg.answer_format]
         if cfg.generator == "countdown":
             task = (
@@ -129,8 +150,20 @@ class MathEnv(TokenEnv):
         else:
             task = "Solve the math problem. Think step by step."
         retries = " If your answer is wrong you may try again." if cfg.multi_turn else ""
-        self.system_prompt = f"{task} {hint}{retries}"  # type: ignore[misc]
+        tools = (
+            " You may run Python first: write "
+            '<tool_call>{"name": "python", "arguments": {"code": "print(1 + 1)"}}</tool_call> '
+            "and wait for the output; answer in a message without a tool call."
+            if cfg.tools
+            else ""
+        )
+        self.system_prompt = f"{task}{tools} {hint}{retries}"  # type: ignore[misc]
         self.problem: Problem | None = None
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """Tool schemas for the chat template (empty unless `tools=True`)."""
+        return self._tool_env.tools if self._tool_env is not None else []
 
     def __len__(self) -> int:
         """Number of problems in a file-backed env (generators are unbounded: 0)."""
@@ -154,6 +187,7 @@ class MathEnv(TokenEnv):
             assert self.config.generator is not None
             self.problem = GENERATORS[self.config.generator](self.np_random, self.config.difficulty)
         self.attempts = 0
+        self.tool_turns = 0
         self.done = False
         return self.problem.question, {"source": self.problem.source}
 
@@ -164,6 +198,10 @@ class MathEnv(TokenEnv):
         cfg = self.config
         if self.done:
             return "The episode is over; call reset().", 0.0, True, False, {"success": False}
+        if self._tool_env is not None and self.tool_turns < cfg.max_tool_calls:
+            calls = parse_tool_calls(action)
+            if calls:
+                return self._run_tools(calls)
         self.attempts += 1
         answer, formatted = extract_answer(
             action, cfg.answer_format, last_number_fallback=cfg.last_number_fallback
@@ -187,10 +225,39 @@ class MathEnv(TokenEnv):
             self.done = True
             return "Incorrect.", reward, True, False, info
         self.done = out_of_attempts
-        text = cfg.feedback if answer is not None else f"No answer found. {_FORMAT_HINTS[cfg.answer_format]}"
+        text = (
+            cfg.feedback
+            if answer is not None
+            else f"No answer found. {_FORMAT_HINTS[cfg.answer_format]}"
+        )
         if verdict.reason.startswith("invalid expression"):
             text = f"{cfg.feedback} ({verdict.reason})"
         return text, reward, False, out_of_attempts, info
+
+    def _run_tools(self, calls: list[Any]) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
+        """Run the tool calls of one turn; the outputs come back as `tool` messages."""
+        from agentrl.envs.tool.env import MAX_CALLS_PER_TURN
+
+        self.tool_turns += 1
+        messages: list[Message] = []
+        for call in calls[:MAX_CALLS_PER_TURN]:
+            text = (
+                f"Error: {call.error}"
+                if call.error
+                else self._tool_env.call_tool(call.name, call.arguments)
+            )
+            messages.append({"role": "tool", "content": text})
+        if len(calls) > MAX_CALLS_PER_TURN:
+            messages.append(
+                {
+                    "role": "tool",
+                    "content": f"Error: at most {MAX_CALLS_PER_TURN} tool calls per turn.",
+                }
+            )
+        if self.tool_turns >= self.config.max_tool_calls:
+            messages.append({"role": "user", "content": "No more tool calls: give your answer."})
+        info = {"success": False, "tool_calls": len(calls), "attempt": self.attempts}
+        return messages, 0.0, False, False, info
 
     def grade(self, answer: str | None, problem: Problem) -> Verdict:
         """Grade `answer` for `problem`: Countdown by exact evaluation, else with the grader."""
@@ -199,7 +266,9 @@ class MathEnv(TokenEnv):
         if answer is None:
             return Verdict(False, "no answer")
         try:
-            expr = parse_expression(answer.replace("\\times", "*").replace("\\div", "/"), _COUNTDOWN_LIMITS)
+            expr = parse_expression(
+                answer.replace("\\times", "*").replace("\\div", "/"), _COUNTDOWN_LIMITS
+            )
             check_numbers_used(expr.numbers, problem.numbers, exactly=self.config.countdown_use_all)
         except ExprError as e:
             return Verdict(False, f"invalid expression: {e}")

@@ -45,7 +45,9 @@ def _level(difficulty: int) -> int:
 
 
 def _fmt(value: Fraction) -> str:
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    return (
+        str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    )
 
 
 def _literal(rng: np.random.Generator, largest: int, negatives: bool) -> str:
@@ -118,7 +120,9 @@ def linear(rng: np.random.Generator, difficulty: int = 1) -> Problem:
         if k:
             parts.append("x" if k == 1 else "-x" if k == -1 else f"{k}x")
         if const or not parts:
-            parts.append(f"{const:+d}".replace("+", "+ ").replace("-", "- ") if parts else str(const))
+            parts.append(
+                f"{const:+d}".replace("+", "+ ").replace("-", "- ") if parts else str(const)
+            )
         return " ".join(parts)
 
     equation = f"{side(a, b)} = {side(c, d)}"
@@ -148,7 +152,12 @@ def countdown(rng: np.random.Generator, difficulty: int = 1) -> Problem:
                 value, text, other, other_text = other, other_text, value, text
             if op == "/" and (other == 0 or (value / other).denominator != 1):
                 op = "+"
-            value = {"+": value + other, "-": value - other, "*": value * other, "/": value / other}[op]
+            value = {
+                "+": value + other,
+                "-": value - other,
+                "*": value * other,
+                "/": value / other,
+            }[op]
             text = f"({text} {op} {other_text})"
             if value <= 0 or value > 10_000:
                 ok = False
@@ -162,7 +171,11 @@ def countdown(rng: np.random.Generator, difficulty: int = 1) -> Problem:
         "each number at most once."
     )
     return Problem(
-        question, answer, kind="countdown", numbers=tuple(numbers), target=target,
+        question,
+        answer,
+        kind="countdown",
+        numbers=tuple(numbers),
+        target=target,
         source=f"countdown level {level}",
     )
 

@@ -287,7 +287,9 @@ class Grader:
             cfg.float_rounding,
         )
         try:
-            return Verdict(bool(shared_pool(cfg.num_workers).call(args, cfg.timeout_s)), "math-verify")
+            return Verdict(
+                bool(shared_pool(cfg.num_workers).call(args, cfg.timeout_s)), "math-verify"
+            )
         except GradingTimeout:
             return Verdict(False, "timeout")
         except GradingCrash:

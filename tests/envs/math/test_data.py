@@ -29,7 +29,9 @@ def _write(tmp_path: Path, suffix: str, rows: list[dict]) -> Path:
             writer.writeheader()
             writer.writerows(rows)
     else:
-        pq.write_table(pa.Table.from_pylist([{k: r[k] for k in ("problem", "solution")} for r in rows]), path)
+        pq.write_table(
+            pa.Table.from_pylist([{k: r[k] for k in ("problem", "solution")} for r in rows]), path
+        )
     return path
 
 
@@ -76,7 +78,9 @@ def test_directory_needs_datasets(tmp_path: Path) -> None:
         with pytest.raises(DataError, match="pip install datasets"):
             load_problems(tmp_path)
     else:  # pragma: no cover - only where `datasets` is installed
-        datasets.Dataset.from_list([{"question": "q", "answer": "1"}]).save_to_disk(str(tmp_path / "d"))
+        datasets.Dataset.from_list([{"question": "q", "answer": "1"}]).save_to_disk(
+            str(tmp_path / "d")
+        )
         assert load_problems(tmp_path / "d")[0].answer == "1"
 
 

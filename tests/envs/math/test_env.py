@@ -58,7 +58,7 @@ def test_answer_tag_format_and_last_number_fallback() -> None:
     env = make("math", answer_format="answer_tag", last_number_fallback=True, format_reward=0.2)
     env.reset(seed=5)
     answer = env.problem.answer  # type: ignore[attr-defined]
-    _, reward, *_ , info = env.step(f"the result is {answer}")
+    _, reward, *_, info = env.step(f"the result is {answer}")
     assert info["success"] and not info["formatted"] and reward == 1.0
     env.reset(seed=5)
     assert env.step(f"<answer>{answer}</answer>")[1] == pytest.approx(1.2)
@@ -83,7 +83,9 @@ def test_file_backed_env_and_split(tmp_path: Path) -> None:
     rows = [{"q": f"What is {i} + {i}?", "a": str(2 * i)} for i in range(20)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     train = make("math", data_path=str(path), question_field="q", answer_field="a")
-    val = make("math", data_path=str(path), question_field="q", answer_field="a", split="validation")
+    val = make(
+        "math", data_path=str(path), question_field="q", answer_field="a", split="validation"
+    )
     assert (len(train), len(val)) == (18, 2)
     obs, _ = val.reset(seed=0)
     i = int(obs.split()[2])
@@ -122,3 +124,39 @@ def test_grading_from_threads_uses_the_process_pool() -> None:
         verdicts = list(pool.map(lambda c: env.grader.grade(c[0], c[1]), cases))  # type: ignore[attr-defined]
     assert [v.correct for v in verdicts] == [c[2] for c in cases]
     assert {v.reason for v in verdicts} == {"math-verify"}
+
+
+class _FakeResult:
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def summary(self, max_chars: int = 2000) -> str:
+        return f"ran {len(self.code)} chars"[:max_chars]
+
+
+class _FakeSandbox:
+    """Records the code it is given; stands in for agentrl.sandbox (tested there)."""
+
+    def __init__(self) -> None:
+        self.codes: list[str] = []
+
+    def run(self, code: str, *, timeout: float) -> _FakeResult:
+        self.codes.append(code)
+        return _FakeResult(code)
+
+
+def test_tool_mode_runs_python_then_grades() -> None:
+    sandbox = _FakeSandbox()
+    env = make("math-linear", tools=True, max_tool_calls=2, sandbox=sandbox)
+    assert env.max_turns == 3 and env.tools[0]["function"]["name"] == "python"  # type: ignore[attr-defined]
+    assert "<tool_call>" in env.system_prompt
+    env.reset(seed=0)
+    call = '<tool_call>{"name": "python", "arguments": {"code": "print(2)"}}</tool_call>'
+    obs, reward, terminated, truncated, _ = env.step(call)
+    assert obs == [{"role": "tool", "content": "ran 8 chars"}] and sandbox.codes == ["print(2)"]
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    obs, *_ = env.step(call)
+    assert obs[-1]["role"] == "user"  # out of tool calls
+    answer = env.problem.answer  # type: ignore[attr-defined]
+    assert env.step(f"\\boxed{{{answer}}}")[1:4] == (1.0, True, False)
+    assert check_env(lambda: make("math-linear", tools=True, sandbox=_FakeSandbox())).ok

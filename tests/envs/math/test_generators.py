@@ -38,7 +38,7 @@ def test_linear_answers_solve_the_equation(level: int) -> None:
         lhs, rhs = p.question.removeprefix("Solve for x: ").split(" = ")
         x = Fraction(p.answer)
 
-        def value(side: str) -> Fraction:
+        def value(side: str, x: Fraction = x) -> Fraction:
             body = side.replace(" ", "").replace("-x", "-1x").replace("+x", "+1x")
             body = "1x" + body[1:] if body.startswith("x") else body
             terms = body.replace("-", "+-").split("+")
