@@ -17,31 +17,32 @@ from agentrl.sandbox import Sandbox, SandboxConfig, make_sandbox
 
 _BLOCK_RE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 
-# Runs the solution, then each test; prints one result line tagged with a per-run nonce.
+# Runs the solution, then each test; after each test it writes one result line tagged with a
+# per-run nonce, so the tests that passed still count when a later one hangs or crashes the run.
 _HARNESS = """
 import json, os, sys, traceback
 _tests = json.loads(open("tests.json").read())
 os.remove("tests.json")  # the solution cannot read the tests or this file (with the nonce)
 os.remove(__file__)
 _ns = {"__name__": "solution"}
-_results = []
+def _report(i, error):
+    sys.stdout.flush()
+    os.write(1, ("\\n" + NONCE + json.dumps([i, error]) + "\\n").encode())
 try:
     exec(compile(open("setup.py").read() + "\\n", "setup.py", "exec"), _ns)
     exec(compile(open("solution.py").read(), "solution.py", "exec"), _ns)
     _error = None
 except BaseException as e:
     _error = "".join(traceback.format_exception_only(type(e), e)).strip()
-for _t in _tests:
+for _i, _t in enumerate(_tests):
     if _error is not None:
-        _results.append(_error)
+        _report(_i, _error)
         continue
     try:
         exec(compile(_t, "test", "exec"), dict(_ns))
-        _results.append(None)
+        _report(_i, None)
     except BaseException as e:
-        _results.append("".join(traceback.format_exception_only(type(e), e)).strip() or type(e).__name__)
-sys.stdout.flush()
-os.write(1, ("\\n" + NONCE + json.dumps(_results) + "\\n").encode())
+        _report(_i, "".join(traceback.format_exception_only(type(e), e)).strip() or type(e).__name__)
 """
 
 _SHARED: dict[str, Sandbox] = {}
@@ -63,7 +64,9 @@ def run_tests(
     """Run `problem`'s tests on `code` in `sandbox` (one run for all tests).
 
     Returns the per-test error (None = passed) and, when the run did not finish (crash,
-    timeout, killed), a summary of what happened (else "").
+    timeout, killed), a summary of what happened (else ""). Tests that finished before the
+    run broke keep their result; the test that was running gets the summary, later ones are
+    marked not run.
     """
     nonce = "@@agentrl-result-" + secrets.token_hex(8) + "@@"
     result = sandbox.run(
@@ -75,11 +78,26 @@ def run_tests(
         },
         timeout=timeout,
     )
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(nonce):
-            return json.loads(line[len(nonce) :]), ""
+    missing = object()
+    errors: list[Any] = [missing] * len(problem.tests)
+    for line in result.stdout.splitlines():
+        if not line.startswith(nonce):
+            continue
+        try:  # a line cut by the output cap is not a result
+            index, error = json.loads(line[len(nonce) :])
+        except (ValueError, TypeError):
+            continue
+        if isinstance(index, int) and 0 <= index < len(errors):
+            errors[index] = error
+    if missing not in errors:
+        return errors, ""
     why = result.summary(max_chars)
-    return [f"the test run did not finish: {why}"] * len(problem.tests), why
+    first = errors.index(missing)
+    errors[first] = f"the test run did not finish: {why}"
+    for i in range(first + 1, len(errors)):
+        if errors[i] is missing:
+            errors[i] = "not run: an earlier test did not finish"
+    return errors, why
 
 
 @dataclass(frozen=True)
