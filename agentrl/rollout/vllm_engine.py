@@ -170,6 +170,7 @@ class VLLMEngine:
             return
         self._closed = True
         try:
+            self._call(self._stop_output_handler(), timeout=30)  # else it logs the core's exit
             self._llm.shutdown()
             del self._llm  # collected now, not at interpreter exit when its modules are gone
         finally:
@@ -181,6 +182,12 @@ class VLLMEngine:
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coro` on the vLLM loop and wait for it from this (non-loop) thread."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _stop_output_handler(self) -> None:
+        handler = getattr(self._llm, "output_handler", None)
+        if handler is not None and not handler.done():
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
 
     async def _one(self, request: GenerationRequest) -> Completion:
         from vllm.inputs import TokensPrompt

@@ -65,6 +65,16 @@ class CollapseDetector:
             k: deque(maxlen=cfg.window) for k in ("reward_std", "entropy", "grad_norm")
         }
 
+    def state(self) -> dict[str, list[float]]:
+        """The recent history, for checkpoints."""
+        return {k: list(h) for k, h in self.history.items()}
+
+    def load_state(self, state: dict[str, list[float]]) -> None:
+        """Restore what `state` returned."""
+        for key, values in state.items():
+            self.history[key].clear()
+            self.history[key].extend(values)
+
     def update(
         self, *, reward_std: float, entropy: float, grad_norm: float
     ) -> tuple[bool, list[str]]:

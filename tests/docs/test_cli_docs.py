@@ -11,7 +11,6 @@ import re
 import shlex
 import subprocess
 from pathlib import Path
-
 from typing import Any
 
 import pytest
@@ -132,7 +131,9 @@ def test_examples_run(tmp_path: Path) -> None:
             text=True,
             timeout=300,
         )
-        assert proc.returncode == 0, f"`{code.strip()}` failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
+        assert proc.returncode == 0, (
+            f"`{code.strip()}` failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
+        )
         ran += 1
     assert ran >= 10
     assert (tmp_path / "curves.png").is_file() and (tmp_path / "episode.html").is_file()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from _docs_helpers import DOCS, load_script
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrl.config import TrainConfig, config_keys
-from _docs_helpers import DOCS, load_script
 
 gen = load_script("gen_config_reference")
 

@@ -32,7 +32,9 @@ TUTORIAL = DOCS / "guide" / "custom-env.md"
 
 
 def _run_doctest(body: str, name: str, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    registry_module = importlib.import_module("agentrl.envs.registry")  # the module, not the function
+    registry_module = importlib.import_module(
+        "agentrl.envs.registry"
+    )  # the module, not the function
 
     saved_registry = dict(registry_module._REGISTRY)
     monkeypatch.chdir(project)

@@ -4,6 +4,11 @@ The model calls tools with `<tool_call>{"name": ..., "arguments": {...}}</tool_c
 result comes back as a `tool` role message. `env.tools` holds the schemas to pass to the
 tokenizer's chat template (`tools=`). The episode ends when the model answers without a tool
 call: the final `<answer>...</answer>` is scored.
+
+The rollout's chat-template bridge renders `env.tools`: through the template when it writes
+`tools=` itself (Qwen2.5, Hermes), else as a Hermes-style tool block appended to the system
+message (plain ChatML, e.g. the `tiny` model). So `system_prompt` describes the task and the
+call format only; it does not need to list the tools.
 """
 
 from __future__ import annotations

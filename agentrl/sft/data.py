@@ -1,0 +1,131 @@
+"""Expert trajectories in the same token-exact format the RL rollout writes.
+
+Each turn the expert's answer text is tokenized once (these ids play the part of the ids an
+engine sampled), followed by the template's end-of-turn id, exactly as an engine that stopped
+on it would return them. Observations go through the same `ChatBridge` / `EpisodeTokens` as
+the rollout loop, so the SFT sequence of an episode equals, token for token, the sequence the
+RL trainer would build had the policy sampled these ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentrl.envs.base import TokenEnv
+from agentrl.sft.expert import Expert
+from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
+from agentrl.trajectory.types import Status, Trajectory, Turn
+
+
+def expert_ids(bridge: ChatBridge, text: str) -> list[int]:
+    """The expert's "sampled" ids for `text`: its tokens, then the end-of-turn stop id."""
+    ids = bridge.encode(text)
+    if bridge.stop_token_ids:
+        ids.append(bridge.stop_token_ids[0])
+    return ids
+
+
+def expert_episode(
+    env: TokenEnv,
+    bridge: ChatBridge,
+    expert: Expert,
+    seed: int,
+    *,
+    group_id: int = 0,
+    max_actions_per_turn: int | None = None,
+    max_context_tokens: int = 4096,
+    env_name: str = "",
+) -> Trajectory:
+    """Play one episode of `env` from `seed` with `expert`; the token-exact trajectory.
+
+    The status is `ok` when the env terminated, `truncated` when a budget ran out first.
+    """
+    observation, _ = env.reset(seed=seed)
+    traj = Trajectory(samples=[], turns=[], env_name=env_name, seed=seed, group_id=group_id)
+    traj.system_prompt, traj.first_observation = env.system_prompt, observation
+    tools = [dict(t) for t in (getattr(env, "tools", None) or [])]
+    tokens = EpisodeTokens(bridge, env.system_prompt, observation, tools=tools)
+    for t in range(env.max_turns):
+        text = expert(env, max_actions_per_turn)
+        ids = expert_ids(bridge, text)
+        if len(tokens) + len(ids) > max_context_tokens:
+            traj.status, traj.error = Status.TRUNCATED, "context limit"
+            break
+        tokens.add_completion(ids, [0.0] * len(ids), t)
+        action = bridge.decode(ids, skip_special_tokens=True)
+        turn = Turn(num_sampled=len(ids), action_text=action, finish_reason="stop", weight_version=0)
+        traj.turns.append(turn)
+        observation, reward, terminated, truncated, info = env.step(action)
+        turn.reward, turn.observation = float(reward), observation
+        turn.terminated, turn.truncated, turn.info = bool(terminated), bool(truncated), info
+        if terminated:
+            break
+        if truncated or t == env.max_turns - 1:
+            traj.status, traj.error = Status.TRUNCATED, "env truncated"
+            break
+        next_ids = tokens.next_ids(observation, ids)
+        if tokens.next_length(next_ids) >= max_context_tokens:
+            traj.status, traj.error = Status.TRUNCATED, "context limit"
+            break
+        tokens.add_observation(observation, next_ids, t)
+    traj.samples = tokens.samples()
+    traj.per_turn_samples = tokens.per_turn
+    traj.metrics = {"num_sampled_tokens": float(traj.num_sampled_tokens)}
+    return traj
+
+
+def expert_trajectories(
+    env_factory: Callable[[], TokenEnv],
+    tokenizer: Any,
+    seeds: Sequence[int],
+    expert: Expert,
+    *,
+    max_actions_per_turn: int | None = None,
+    max_context_tokens: int = 4096,
+    env_name: str = "",
+) -> list[Trajectory]:
+    """One expert episode per seed (group id = position in `seeds`)."""
+    bridge = ChatBridge(tokenizer)
+    env = env_factory()
+    try:
+        return [
+            expert_episode(
+                env,
+                bridge,
+                expert,
+                int(seed),
+                group_id=i,
+                max_actions_per_turn=max_actions_per_turn,
+                max_context_tokens=max_context_tokens,
+                env_name=env_name,
+            )
+            for i, seed in enumerate(seeds)
+        ]
+    finally:
+        env.close()
+
+
+def policy_success_rate(
+    env_factory: Callable[[], TokenEnv],
+    policy: Callable[[TokenEnv], str],
+    seeds: Sequence[int],
+) -> float:
+    """Share of episodes (one per seed) a text policy `policy(env) -> action` solves.
+
+    Text only, no model: it measures the floor (a random policy) and the ceiling (the
+    expert) of an env on the same validation seeds as a model.
+    """
+    env = env_factory()
+    solved = 0
+    try:
+        for seed in seeds:
+            env.reset(seed=int(seed))
+            for _ in range(env.max_turns):
+                _, _, terminated, truncated, info = env.step(policy(env))
+                if terminated or truncated:
+                    break
+            solved += bool(info.get("success", False))
+    finally:
+        env.close()
+    return solved / max(len(seeds), 1)

@@ -1,0 +1,85 @@
+"""Experts: policies that know the answer, used to write supervised (SFT) trajectories.
+
+An expert is a callable `(env, max_actions) -> str` that returns the assistant's answer text
+for the env's *current* state, in the env's answer format (e.g. `<answer>Up || Left</answer>`).
+`max_actions` caps the actions of one answer (None: the env's own per-turn limit).
+
+`solver` works for every env that exposes an exact policy: an `expert_answer(max_actions)`
+method (full answer text) or an `expert_actions(max_actions)` method (a list of action words,
+written as `<answer>A || B</answer>`). Register other experts by name:
+
+>>> register_expert("always-up", lambda env, max_actions: "<answer>Up</answer>")
+>>> get_expert("always-up")(None, None)
+'<answer>Up</answer>'
+>>> sorted(experts())[:2]
+['always-up', 'solver']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Expert = Callable[[Any, int | None], str]
+"""`expert(env, max_actions) -> answer text` for the env's current state."""
+
+_EXPERTS: dict[str, Expert] = {}
+
+
+class NoExpertError(ValueError):
+    """The named expert does not exist, or the env offers nothing it can use."""
+
+
+def register_expert(name: str, expert: Expert) -> None:
+    """Make `expert` available as `agentrl sft --expert NAME` (replaces an existing one)."""
+    _EXPERTS[name] = expert
+
+
+def get_expert(name: str) -> Expert:
+    """The expert registered as `name`; the error lists the known ones."""
+    try:
+        return _EXPERTS[name]
+    except KeyError:
+        known = ", ".join(sorted(_EXPERTS))
+        raise NoExpertError(f"unknown expert {name!r}; known experts: {known}") from None
+
+
+def experts() -> dict[str, Expert]:
+    """Every registered expert by name."""
+    return dict(_EXPERTS)
+
+
+def format_actions(actions: list[str]) -> str:
+    """Action words as one answer in the RAGEN format.
+
+    >>> format_actions(["Up", "Left"])
+    '<answer>Up || Left</answer>'
+    """
+    return "<answer>" + " || ".join(actions) + "</answer>"
+
+
+def solver_expert(env: Any, max_actions: int | None = None) -> str:
+    """The env's exact policy: `env.expert_answer(max_actions)` if it has one, else
+    `env.expert_actions(max_actions)` written with `format_actions`.
+
+    `max_actions` defaults to `env.max_actions_per_turn` (when the env has one).
+    """
+    inner = getattr(env, "unwrapped", env)
+    per_turn = getattr(inner, "max_actions_per_turn", None)
+    limit = max_actions if max_actions is not None else per_turn
+    if per_turn is not None and limit is not None:
+        limit = min(limit, per_turn)
+    if hasattr(inner, "expert_answer"):
+        return str(inner.expert_answer(limit))
+    if hasattr(inner, "expert_actions"):
+        actions = list(inner.expert_actions(max_actions=limit))
+        if not actions:
+            raise NoExpertError(f"{type(inner).__name__}.expert_actions returned no action")
+        return format_actions(actions)
+    raise NoExpertError(
+        f"env {type(inner).__name__} has no expert_answer(max_actions) or "
+        "expert_actions(max_actions) method, so expert 'solver' cannot play it"
+    )
+
+
+register_expert("solver", solver_expert)

@@ -1,0 +1,269 @@
+"""Supervised fine-tuning on expert trajectories: masked NLL on the expert's ids.
+
+    trajs = expert_trajectories(env_factory, tokenizer, seeds, get_expert("solver"))
+    batch = to_batch(trajs, pad_id=pad_id)                    # [N, T]
+    for mini in mini_batches(batch, n // batch_size):         # one optimizer step each
+        nll = masked_nll(backend.model, mini)                 # mean over loss_mask tokens
+        backend.backward(nll); backend.step()
+
+The backend, optimizer and LR schedule are the RL trainer's (`agentrl.train.backend`), so a
+fine-tuned model trains and loads exactly like an RL checkpoint. The output folder is a
+Hugging Face model folder (`agentrl train --model OUT`, `agentrl eval --model OUT`) that also
+holds the expert trajectories, `metrics.jsonl` (for `agentrl plot`) and `sft_result.json`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.sft.config import SFTConfig
+from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
+
+log = logging.getLogger(__name__)
+
+TRAJECTORIES_FILE = "expert_trajectories.jsonl"
+RESULT_FILE = "sft_result.json"
+
+
+@dataclass
+class SFTResult:
+    """What one SFT run did and measured."""
+
+    model_dir: str
+    """The fine-tuned Hugging Face model folder."""
+    num_trajectories: int
+    num_loss_tokens: int
+    """Expert ids trained on per epoch (loss_mask = 1)."""
+    expert_success_rate: float
+    """Share of expert episodes that ended solved (the data's quality)."""
+    num_optimizer_steps: int
+    initial_nll: float
+    """Mean NLL per expert id before training."""
+    final_nll: float
+    """Mean NLL per expert id after training."""
+    final_token_accuracy: float
+    """Share of expert ids that are the model's argmax after training."""
+    wall_s: float
+    eval: dict[str, float] = field(default_factory=dict)
+    """Validation metrics (`success_rate`, ...) when `eval_episodes > 0`."""
+
+
+def masked_nll(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(nll_sum, num_correct)` over the tokens with loss_mask 1 (summed, not averaged)."""
+    from agentrl.algos.losses import token_logprobs_from_logits
+
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits[:, :-1]  # [B, T-1, V] predicts ids 1..T-1
+    targets = batch.input_ids[:, 1:]  # [B, T-1]
+    mask = batch.loss_mask[:, 1:]  # [B, T-1]
+    logp = token_logprobs_from_logits(logits, targets)  # [B, T-1]
+    correct = ((logits.argmax(dim=-1) == targets).float() * mask).sum().detach()
+    return -(logp * mask).sum(), correct
+
+
+@torch.no_grad()
+def dataset_nll(model: torch.nn.Module, batch: TrainBatch, max_tokens: int) -> tuple[float, float]:
+    """Mean NLL per loss token and token accuracy of `model` on `batch` (eval mode)."""
+    was_training = model.training
+    model.eval()
+    try:
+        total, correct = 0.0, 0.0
+        for micro in micro_batches(batch, max_tokens):
+            nll, hits = masked_nll(model, micro)
+            total, correct = total + float(nll), correct + float(hits)
+    finally:
+        model.train(was_training)
+    n = max(batch.num_loss_tokens, 1)
+    return total / n, correct / n
+
+
+def _backend(cfg: SFTConfig, model: torch.nn.Module, num_optimizer_steps: int) -> Any:
+    """The RL trainer's local backend (AdamW, schedule, clipping) around `model`."""
+    from agentrl.config import TrainConfig
+    from agentrl.train.backend import make_backend
+    from agentrl.train.config import TrainerConfig
+
+    train_cfg = TrainConfig(
+        optim=cfg.optim,
+        trainer=TrainerConfig(micro_batch_tokens=cfg.micro_batch_tokens, device="auto"),
+        seed=cfg.seed,
+    )
+    return make_backend(
+        train_cfg, model, lr=cfg.optim.lr, num_optimizer_steps=max(1, num_optimizer_steps)
+    )
+
+
+def run_sft(
+    cfg: SFTConfig,
+    out_dir: Path,
+    *,
+    on_step: Callable[[int, int, dict[str, float]], None] | None = None,
+) -> SFTResult:
+    """Write expert trajectories, fine-tune `cfg.model` on them, save the model to `out_dir`.
+
+    `on_step(step, total, metrics)` is called after each optimizer step (progress display).
+    """
+    from agentrl.envs import make
+    from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+    from agentrl.sft.data import expert_trajectories
+    from agentrl.sft.expert import get_expert
+    from agentrl.train.metrics import MetricsLogger
+    from agentrl.config import dump_config
+    from agentrl.train.config import LoggingConfig
+    from agentrl.trajectory.io import write_trajectories
+
+    start = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    expert = get_expert(cfg.expert)
+    model_path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(str(model_path))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
+
+    seeds = range(cfg.first_seed, cfg.first_seed + cfg.num_episodes)
+    if seeds[-1] >= cfg.eval_seed_offset:
+        raise ValueError(
+            f"expert seeds reach {seeds[-1]}, into the validation seeds (from "
+            f"eval_seed_offset={cfg.eval_seed_offset}); lower first_seed or num_episodes"
+        )
+    trajs = expert_trajectories(
+        env_factory,
+        tokenizer,
+        seeds,
+        expert,
+        max_actions_per_turn=cfg.max_actions_per_turn,
+        max_context_tokens=cfg.max_context_tokens,
+        env_name=cfg.env.name,
+    )
+    write_trajectories(
+        out_dir / TRAJECTORIES_FILE,
+        trajs,
+        {"expert": cfg.expert, "env": cfg.env.name, "model": cfg.model},
+    )
+    expert_success = sum(t.success for t in trajs) / len(trajs)
+    log.info(
+        "%d expert trajectories (%.1f%% solved) -> %s",
+        len(trajs),
+        100 * expert_success,
+        out_dir / TRAJECTORIES_FILE,
+    )
+
+    batch = to_batch(trajs, pad_id=pad_id)  # [N, T]
+    num_mini = max(1, batch.num_rows // cfg.batch_size)
+    total_steps = cfg.num_epochs * num_mini
+    model = load_model(str(model_path), dtype="float32")
+    backend = _backend(cfg, model, total_steps)
+    initial_nll, _ = dataset_nll(backend.model, batch, cfg.micro_batch_tokens)
+    logger = MetricsLogger(
+        out_dir,
+        LoggingConfig(tensorboard=False, save_trajectories=0, progress=False),
+        run_name=out_dir.name,
+        config=cfg.model_dump(mode="json"),
+    )
+    generator = torch.Generator().manual_seed(cfg.seed)
+    step = 0
+    try:
+        for epoch in range(cfg.num_epochs):
+            for mini in mini_batches(batch, num_mini, generator=generator):
+                num_tokens = max(mini.num_loss_tokens, 1)
+                nll_sum, hits = 0.0, 0.0
+                for micro in micro_batches(mini, cfg.micro_batch_tokens):
+                    nll, correct = masked_nll(backend.model, micro)
+                    backend.backward(nll / num_tokens)
+                    nll_sum, hits = nll_sum + float(nll.detach()), hits + float(correct)
+                grad_norm = backend.step()
+                step += 1
+                metrics = {
+                    "sft/nll": nll_sum / num_tokens,
+                    "sft/token_accuracy": hits / num_tokens,
+                    "sft/grad_norm": grad_norm,
+                    "sft/lr": backend.lr,
+                    "sft/epoch": float(epoch),
+                }
+                logger.log(step, metrics)
+                if on_step is not None:
+                    on_step(step, total_steps, metrics)
+    finally:
+        logger.close()
+    final_nll, final_accuracy = dataset_nll(backend.model, batch, cfg.micro_batch_tokens)
+    backend.save_model(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / "sft_config.yaml").write_text(dump_config(cfg))
+    result = SFTResult(
+        model_dir=str(out_dir),
+        num_trajectories=len(trajs),
+        num_loss_tokens=batch.num_loss_tokens,
+        expert_success_rate=expert_success,
+        num_optimizer_steps=step,
+        initial_nll=initial_nll,
+        final_nll=final_nll,
+        final_token_accuracy=final_accuracy,
+        wall_s=0.0,
+    )
+    if cfg.eval_episodes:
+        result.eval = evaluate_model(
+            str(out_dir),
+            cfg.env.name,
+            cfg.env.kwargs,
+            num_episodes=cfg.eval_episodes,
+            temperature=cfg.eval_temperature,
+            max_new_tokens=cfg.eval_max_new_tokens,
+            seed_offset=cfg.eval_seed_offset,
+            seed=cfg.seed,
+        )
+    result.wall_s = time.perf_counter() - start
+    (out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return result
+
+
+def evaluate_model(
+    model: str,
+    env_name: str,
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    num_episodes: int = 256,
+    temperature: float = 0.5,
+    max_new_tokens: int = 64,
+    seed_offset: int = 1_000_000,
+    seed: int = 0,
+    max_context_tokens: int = 1024,
+) -> dict[str, float]:
+    """Validation success of `model` (HF engine, in-process) on the fixed validation seeds,
+    the protocol of `agentrl eval`: one episode per seed, sampled at `temperature`."""
+    from agentrl.config import TrainConfig
+    from agentrl.envs import make
+    from agentrl.rollout.config import RolloutConfig, SamplingConfig
+    from agentrl.rollout.models import load_tokenizer, resolve_model
+    from agentrl.train.engines import SeededEngine, build_engine
+    from agentrl.train.evaluate import evaluate
+
+    model_path = resolve_model(model)
+    tokenizer = load_tokenizer(str(model_path))
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    engine = SeededEngine(build_engine(TrainConfig(), model_path))
+    try:
+        return evaluate(
+            engine,
+            functools.partial(make, env_name, **(env_kwargs or {})),
+            tokenizer,
+            num_episodes=num_episodes,
+            seed_offset=seed_offset,
+            rollout_cfg=RolloutConfig(max_context_tokens=max_context_tokens),
+            sampling=sampling.to_params(),
+            env_name=env_name,
+        )
+    finally:
+        engine.close()
