@@ -30,6 +30,9 @@ from agentrl.trajectory._cli import view  # noqa: E402
 
 app.command("rollout")(rollout_cmd)
 app.command("view")(view)
+from agentrl.sft._cli import sft  # noqa: E402
+
+app.command("sft")(sft)
 
 
 @app.callback()

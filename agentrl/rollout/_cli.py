@@ -9,28 +9,31 @@ import typer
 
 
 def build_engine(
-    model: str, engine: str, *, ray: bool = False, num_replicas: int = 1, dtype: str = "auto"
+    model: str,
+    engine: str,
+    *,
+    ray: bool = False,
+    num_replicas: int = 1,
+    dtype: str = "auto",
+    ray_address: str | None = None,
 ) -> Any:
-    """An in-process HF or vLLM engine (or Ray replicas of one) for `model`."""
-    if ray:
-        try:
-            from agentrl.rollout.ray_engine import RayEngine
-        except ImportError as e:
-            raise typer.BadParameter(
-                f"Ray hosting is not available: {e}", param_hint="--ray"
-            ) from e
-        return RayEngine(model, engine=engine, num_replicas=num_replicas)
-    if engine == "vllm":
-        from agentrl.rollout.vllm_engine import VLLMEngine
+    """An in-process HF or vLLM engine (or `num_replicas` Ray replicas of one) for `model`."""
+    if engine not in ("hf", "vllm"):
+        raise typer.BadParameter(
+            f"unknown engine {engine!r}; use hf or vllm", param_hint="--engine"
+        )
+    from agentrl.rollout.config import EngineConfig
+    from agentrl.rollout.ray_engine import engine_from_config
 
-        return VLLMEngine(model, dtype=dtype)
-    if engine == "hf":
-        import torch
-
-        from agentrl.rollout.hf_engine import HFEngine
-
-        return HFEngine(model, dtype=dtype, device="cuda" if torch.cuda.is_available() else "cpu")
-    raise typer.BadParameter(f"unknown engine {engine!r}; use hf or vllm", param_hint="--engine")
+    cfg = EngineConfig(
+        name=engine,  # type: ignore[arg-type]
+        ray=ray,
+        num_replicas=num_replicas,
+        ray_address=ray_address,
+        # replicas share this machine's cores with the driver and the env workers
+        num_cpus_per_replica=0.5 if ray else 1.0,
+    )
+    return engine_from_config(model, cfg, dtype=dtype)
 
 
 def rollout_cmd(
@@ -41,6 +44,16 @@ def rollout_cmd(
     out: Annotated[Path, typer.Option("--out", help="Run directory; trajectories go under it.")],
     engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
     ray: Annotated[bool, typer.Option("--ray", help="Host the engine as Ray replicas.")] = False,
+    num_replicas: Annotated[
+        int, typer.Option("--num-replicas", help="Engine replicas with --ray.", min=1)
+    ] = 2,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Ray cluster to join (default: start Ray here)."),
+    ] = None,
+    env_executor: Annotated[
+        str, typer.Option("--env-executor", help="Where env steps run: thread, process or ray.")
+    ] = "thread",
     episodes: Annotated[int, typer.Option("--episodes", help="Seeds to roll out.", min=1)] = 8,
     group_size: Annotated[int, typer.Option("--group-size", help="Episodes per seed.", min=1)] = 1,
     seed: Annotated[int, typer.Option("--seed", help="First env seed.")] = 0,
@@ -70,6 +83,8 @@ def rollout_cmd(
     from agentrl.rollout.models import load_tokenizer
     from agentrl.trajectory.io import write_step
 
+    if env_executor not in ("thread", "process", "ray"):
+        raise typer.BadParameter("use thread, process or ray", param_hint="--env-executor")
     if fmt not in ("jsonl", "parquet"):
         raise typer.BadParameter("use jsonl or parquet", param_hint="--format")
     try:
@@ -80,11 +95,14 @@ def rollout_cmd(
         group_size=group_size,
         max_turns=max_turns,
         max_context_tokens=max_context_tokens,
+        env_executor=env_executor,  # type: ignore[arg-type]
         sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
     )
     console = Console()
     tokenizer = load_tokenizer(model)
-    policy = build_engine(model, engine, ray=ray)
+    policy = build_engine(
+        model, engine, ray=ray, num_replicas=num_replicas, ray_address=ray_address
+    )
     try:
         result = rollout(
             policy,

@@ -54,7 +54,9 @@ def expert_episode(
             break
         tokens.add_completion(ids, [0.0] * len(ids), t)
         action = bridge.decode(ids, skip_special_tokens=True)
-        turn = Turn(num_sampled=len(ids), action_text=action, finish_reason="stop", weight_version=0)
+        turn = Turn(
+            num_sampled=len(ids), action_text=action, finish_reason="stop", weight_version=0
+        )
         traj.turns.append(turn)
         observation, reward, terminated, truncated, info = env.step(action)
         turn.reward, turn.observation = float(reward), observation

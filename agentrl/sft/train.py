@@ -112,33 +112,32 @@ def run_sft(
 
     `on_step(step, total, metrics)` is called after each optimizer step (progress display).
     """
+    from agentrl.config import dump_config
     from agentrl.envs import make
     from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.expert import get_expert
-    from agentrl.train.metrics import MetricsLogger
-    from agentrl.config import dump_config
     from agentrl.train.config import LoggingConfig
+    from agentrl.train.metrics import MetricsLogger
     from agentrl.trajectory.io import write_trajectories
 
     start = time.perf_counter()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    torch.manual_seed(cfg.seed)
-    expert = get_expert(cfg.expert)
-    model_path = resolve_model(cfg.model)
-    tokenizer = load_tokenizer(str(model_path))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
-
+    expert = get_expert(cfg.expert)  # fail before anything is written
     seeds = range(cfg.first_seed, cfg.first_seed + cfg.num_episodes)
     if seeds[-1] >= cfg.eval_seed_offset:
         raise ValueError(
             f"expert seeds reach {seeds[-1]}, into the validation seeds (from "
             f"eval_seed_offset={cfg.eval_seed_offset}); lower first_seed or num_episodes"
         )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    model_path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(str(model_path))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
     trajs = expert_trajectories(
         env_factory,
         tokenizer,

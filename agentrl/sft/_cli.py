@@ -1,0 +1,126 @@
+"""`agentrl sft`: supervised fine-tuning on expert trajectories (torch imported lazily)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def sft(
+    env: Annotated[str, typer.Option("--env", help="Env name or module.path:Class.")] = "sokoban",
+    expert: Annotated[
+        str, typer.Option("--expert", help="Registered expert that plays the env (solver).")
+    ] = "solver",
+    model: Annotated[
+        str, typer.Option("--model", help="Model alias (tiny, smollm2-135m), HF id or folder.")
+    ] = "tiny",
+    episodes: Annotated[
+        int, typer.Option("--episodes", help="Expert episodes (one per training seed).")
+    ] = 512,
+    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the expert data.")] = 3,
+    lr: Annotated[
+        float | None,
+        typer.Option("--lr", help="Peak learning rate (default 1e-3; use ~1e-5 for a real LLM)."),
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="Trajectories per optimizer step.")
+    ] = None,
+    actions_per_turn: Annotated[
+        int | None,
+        typer.Option("--actions-per-turn", help="Actions per expert answer (default: env max)."),
+    ] = None,
+    eval_episodes: Annotated[
+        int,
+        typer.Option("--eval-episodes", help="Validation episodes after training (0: none)."),
+    ] = 0,
+    config: Annotated[
+        Path | None, typer.Option("-c", "--config", help="YAML file of SFTConfig fields.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Dotted SFTConfig override key=value (repeatable)."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Output model folder (default runs/sft-<env>-<model>-<time>)."),
+    ] = None,
+) -> None:
+    """Fine-tune a model on an expert's trajectories (token-exact, as RL trains on them).
+
+    The output folder is a Hugging Face model: continue with RL via
+    `agentrl train --model OUT` or score it with `agentrl eval --model OUT`.
+    """
+    from agentrl.config import ConfigError, load_config
+    from agentrl.sft.config import SFTConfig
+    from agentrl.sft.expert import NoExpertError
+
+    flags = {
+        "env.name": env,
+        "expert": expert,
+        "model": model,
+        "num_episodes": episodes,
+        "num_epochs": epochs,
+        "optim.lr": lr,
+        "batch_size": batch_size,
+        "max_actions_per_turn": actions_per_turn,
+        "eval_episodes": eval_episodes,
+    }
+    items = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
+    try:
+        cfg = load_config(config, items, model=SFTConfig)
+    except ConfigError as e:
+        _fail(str(e))
+    if out is None:
+        name = Path(cfg.model).name or cfg.model
+        out = Path("runs") / f"sft-{cfg.env.name}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.iterdir()):
+        _fail(f"--out {out} exists and is not empty")
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from agentrl.sft.train import run_sft
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("nll {task.fields[nll]}  acc {task.fields[acc]}"),
+        console=console,
+    ) as bar:
+        task = bar.add_task("sft", total=None, nll="-", acc="-")
+
+        def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
+            bar.update(
+                task,
+                completed=step,
+                total=total,
+                nll=f"{metrics['sft/nll']:.3f}",
+                acc=f"{metrics['sft/token_accuracy']:.2f}",
+            )
+
+        try:
+            result = run_sft(cfg, out, on_step=on_step)
+        except (NoExpertError, ValueError) as e:
+            _fail(str(e))
+    typer.echo(
+        f"{result.num_trajectories} expert trajectories ({result.expert_success_rate:.1%} "
+        f"solved), {result.num_optimizer_steps} steps: NLL {result.initial_nll:.3f} -> "
+        f"{result.final_nll:.3f}, token accuracy {result.final_token_accuracy:.1%} "
+        f"({result.wall_s:.0f} s)"
+    )
+    if result.eval:
+        typer.echo(
+            f"validation success {result.eval['success_rate']:.3f} over "
+            f"{int(result.eval['num_episodes'])} episodes (temperature {cfg.eval_temperature:g})"
+        )
+    typer.echo(f"model: {out}  (next: agentrl train --model {out} --env {cfg.env.name})")

@@ -1,0 +1,51 @@
+"""The expert registry and the solver expert."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.envs import make
+from agentrl.envs.parsing import parse_actions
+from agentrl.sft.expert import (
+    NoExpertError,
+    experts,
+    format_actions,
+    get_expert,
+    register_expert,
+    solver_expert,
+)
+
+
+def test_solver_expert_answers_in_env_format_and_solves() -> None:
+    env = make("sokoban")
+    env.reset(seed=11)
+    for _ in range(env.max_turns):
+        answer = solver_expert(env)
+        assert answer.startswith("<answer>") and answer.endswith("</answer>")
+        assert 1 <= len(parse_actions(answer)) <= env.max_actions_per_turn
+        _, _, terminated, truncated, info = env.step(answer)
+        if terminated or truncated:
+            break
+    assert info["success"]
+
+
+def test_solver_expert_caps_actions_per_turn() -> None:
+    env = make("sokoban")
+    env.reset(seed=4)
+    assert len(parse_actions(solver_expert(env, 1))) == 1
+    assert len(parse_actions(solver_expert(env, 99))) <= env.max_actions_per_turn
+
+
+def test_registry_is_extensible_and_errors_name_known_experts() -> None:
+    register_expert("test-always-left", lambda env, n: format_actions(["Left"]))
+    assert "test-always-left" in experts()
+    assert get_expert("test-always-left")(None, None) == "<answer>Left</answer>"
+    with pytest.raises(NoExpertError, match="solver"):
+        get_expert("nope")
+
+
+def test_solver_expert_refuses_env_without_expert_method() -> None:
+    env = make("guess-number")
+    env.reset(seed=0)
+    with pytest.raises(NoExpertError, match="expert_actions"):
+        solver_expert(env)
