@@ -29,6 +29,7 @@ from agentrl.algos.losses import (
     kl_loss,
     kl_penalty,
     policy_loss,
+    token_logprobs_from_logits,
     value_loss,
 )
 from agentrl.config import TrainConfig
@@ -64,13 +65,15 @@ class StageTimer:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
-def token_logprobs(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(logp, logits)`: logprob of each id given the ids before it, `[B, T]` (column 0 is 0),
-    and the logits that predicted ids 1..T-1, `[B, T-1, V]`."""
-    from agentrl.algos.losses import token_logprobs_from_logits
-
+def token_logprobs(
+    model: torch.nn.Module, batch: TrainBatch, *, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(logp, logits)`: logprob of each id given the ids before it under the logits divided
+    by `temperature`, `[B, T]` (column 0 is 0), and those scaled logits, `[B, T-1, V]`."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logits = logits[:, :-1]
+    if temperature != 1.0:
+        logits = logits / temperature
     logp = token_logprobs_from_logits(logits, batch.input_ids[:, 1:])
     return torch.nn.functional.pad(logp, (1, 0)), logits
 
@@ -144,6 +147,11 @@ class Trainer:
             self.reference = load_model(str(self.model_path), dtype=cfg.model.dtype, device=device)
             self.reference.requires_grad_(False)
 
+        sampling_temperature = cfg.rollout.sampling.temperature
+        self.temperature = sampling_temperature if sampling_temperature > 0 else 1.0
+        """The trainer scores tokens at the sampling temperature (on-policy ratios). Engines
+        report raw (temperature 1) logprobs, so the sampler correction (TIS) and the
+        `actor/sampler_logp_diff` metric apply only when sampling at temperature 1."""
         self.env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
         self.state = TrainerState()
         self.resumed_from: Path | None = None
@@ -306,9 +314,17 @@ class Trainer:
         parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)
         for part in parts:
             part_dev = _to(part, device)
-            old_logp.append(token_logprobs(self.policy.model, part_dev)[0].float().cpu())
+            old_logp.append(
+                token_logprobs(self.policy.model, part_dev, temperature=self.temperature)[0]
+                .float()
+                .cpu()
+            )
             if self.reference is not None:
-                ref_logp.append(token_logprobs(self.reference, part_dev)[0].float().cpu())
+                ref_logp.append(
+                    token_logprobs(self.reference, part_dev, temperature=self.temperature)[0]
+                    .float()
+                    .cpu()
+                )
             if self.critic is not None:
                 values = token_values(
                     self.critic.model, part_dev.input_ids, part_dev.attention_mask
@@ -320,8 +336,10 @@ class Trainer:
         batch.old_values = _scatter_rows(batch, parts, old_values) if old_values else None
         mask = batch.loss_mask
         n = mask.sum().clamp(min=1)
-        diff = ((batch.sampler_logp - batch.old_logp).abs() * mask).sum() / n
-        metrics = {"actor/sampler_logp_diff": float(diff)}
+        metrics = {}
+        if self.temperature == 1.0:  # engines report temperature-1 logprobs
+            diff = ((batch.sampler_logp - batch.old_logp).abs() * mask).sum() / n
+            metrics["actor/sampler_logp_diff"] = float(diff)
         if batch.ref_logp is not None:
             kl = kl_penalty(batch.old_logp, batch.ref_logp, self.cfg.algo.kl_kind)
             metrics["actor/ref_kl"] = float((kl * mask).sum() / n)
@@ -382,7 +400,7 @@ class Trainer:
     def _policy_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
         """Policy loss (+ entropy bonus, + KL loss) of one micro-batch; backward."""
         a = self.cfg.algo
-        logp, logits = token_logprobs(self.policy.model, micro)  # [B, T], [B, T-1, V]
+        logp, logits = token_logprobs(self.policy.model, micro, temperature=self.temperature)
         loss, stats = policy_loss(
             logp,
             micro.old_logp,
@@ -392,7 +410,7 @@ class Trainer:
             clip_eps_high=a.clip_eps_high,
             dual_clip_c=a.dual_clip_c,
             agg=a.loss_agg,
-            sampler_logp=micro.sampler_logp,
+            sampler_logp=micro.sampler_logp if self.temperature == 1.0 else None,
             tis_cap=a.tis_cap,
             **norm,
         )
