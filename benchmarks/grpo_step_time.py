@@ -117,11 +117,9 @@ def bench_trl(steps: int) -> tuple[list[float], float] | None:
         [{"role": "user", "content": PROMPT.format(i)}] for i in range((steps + 1) * NUM_PROMPTS)
     ]
     dataset = Dataset.from_dict({"prompt": prompts})
-    lengths: list[float] = []
 
     def reward(completions, **kwargs):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        lengths.append(statistics.mean(len(tokenizer(t)["input_ids"]) for t in texts))
         return [vowel_fraction(t) for t in texts]
 
     stamps: list[float] = []
@@ -165,7 +163,12 @@ def bench_trl(steps: int) -> tuple[list[float], float] | None:
         )
         trainer.train()
     times = [stamps[i + 1] - stamps[i] for i in range(0, len(stamps) - 1, 2)]
-    return times[1:], statistics.mean(lengths[1:]) if len(lengths) > 1 else float("nan")
+    lengths = [
+        float(r["completions/mean_length"])
+        for r in trainer.state.log_history
+        if "completions/mean_length" in r
+    ]
+    return times[1:], statistics.mean(lengths[1:])
 
 
 def main() -> None:

@@ -65,10 +65,24 @@ class RolloutConfig(_Section):
     """Longest one env reset/step may take; past it the episode ends `env_error`."""
     generate_timeout_s: float | None = Field(None, gt=0)
     """Longest one generation may take; past it the episode ends `engine_error`."""
-    env_executor: Literal["thread", "process"] = "thread"
-    """Where env reset/step run: a thread pool, or worker processes for CPU-heavy envs."""
+    env_executor: Literal["thread", "process", "ray"] = "thread"
+    """Where env reset/step run: a thread pool, worker processes for CPU-heavy envs, or Ray
+    actors (which can live on CPU-only nodes of the cluster)."""
     num_env_workers: int = Field(16, ge=1)
-    """Threads (or processes) that run env calls."""
+    """Threads or processes that run env calls (`thread`, `process`); with `ray`, the
+    threads of each env actor."""
+    inline_env_step_s: float | None = Field(0.001, ge=0)
+    """`thread`: once the rollout's first 8 env steps each took less than this many seconds,
+    later steps run on the event loop itself (no thread hop; they cannot time out). The
+    first step that takes longer sends all later steps back to the pool. None: always the
+    pool."""
+    num_env_actors: int = Field(2, ge=1)
+    """`ray`: env actors (worker processes) in the pool; an episode stays on one actor."""
+    env_actor_num_cpus: float = Field(0.5, ge=0.0)
+    """`ray`: CPUs Ray reserves for each env actor."""
+    env_actor_resources: dict[str, float] = Field(default_factory=dict)
+    """`ray`: custom resources each env actor needs, e.g. `{"env_node": 1}` to place env
+    actors only on nodes started with `--resources '{"env_node": 8}'` (CPU-only nodes)."""
     max_concurrent_episodes: int | None = Field(None, ge=1)
     """Episodes in flight at once; None runs them all concurrently."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)

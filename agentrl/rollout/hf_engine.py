@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -103,9 +103,19 @@ class HFEngine:
         self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.default_stop_ids = tuple(stop_token_ids or _eos_ids(model))
         self.pad_id = int(self.default_stop_ids[0]) if self.default_stop_ids else 0
-        self.stats = {"batches": 0, "requests": 0, "sampled_tokens": 0, "model_s": 0.0}
-        """Counters since start: batches run, requests served, ids sampled, seconds in the model."""
-        self._lock = threading.Lock()  # held while a batch runs or weights load
+        self.stats = {
+            "batches": 0,
+            "forward_calls": 0,
+            "requests": 0,
+            "sampled_tokens": 0,
+            "model_s": 0.0,
+        }
+        """Counters since start: request groups admitted (one prefill each), model forward
+        calls (prefills + decode steps), requests served, ids sampled, seconds in the model."""
+        self._lock = threading.Lock()  # held while a decode step runs or weights load
+        self._idle = threading.Condition()  # guards _busy and _pausing
+        self._busy = False  # a batch is running
+        self._pausing = 0  # update_weights calls waiting for the running batch to finish
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="HFEngine-worker", daemon=True)
@@ -126,10 +136,20 @@ class HFEngine:
         return list(await asyncio.gather(*futures))
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copy `state_dict` into the model in place (waits for the running batch)."""
-        with self._lock:
-            load_state_dict_checked(self.model, state_dict)
-            self.weight_version = version
+        """Copy `state_dict` into the model in place. It waits for the running batch to finish
+        (no new request joins it meanwhile), so each completion comes from one version."""
+        with self._idle:
+            self._pausing += 1
+            while self._busy:
+                self._idle.wait()
+        try:
+            with self._lock:
+                load_state_dict_checked(self.model, state_dict)
+                self.weight_version = version
+        finally:
+            with self._idle:
+                self._pausing -= 1
+                self._idle.notify_all()
 
     def close(self) -> None:
         """Stop the worker thread; queued requests fail with an error."""
@@ -139,35 +159,52 @@ class HFEngine:
         self._queue.put(None)
         self._worker.join(timeout=60)
 
-    # -- worker thread ---------------------------------------------------------------------
+    # -- worker thread: continuous batching ----------------------------------------------
 
     def _run(self) -> None:
+        """Serve the queue until `close`: admit new requests into the running batch between
+        decode steps, so a request that arrives mid-batch starts at the next step instead of
+        waiting for the whole batch to finish."""
+        batch: _Batch | None = None
+        stopping = False
         while True:
-            jobs = self._next_batch()
-            if jobs is None:
-                break
+            if batch is None:
+                if stopping:
+                    break
+                jobs = self._next_batch()
+                if jobs is None:
+                    break
+            else:
+                jobs, stopping = self._admissible(batch, stopping)
             try:
                 with self._lock, torch.inference_mode():
                     t0 = time.perf_counter()
-                    results = self._generate_batch([job.request for job in jobs])
+                    batch = self._step(batch, jobs)
                     self.stats["model_s"] += time.perf_counter() - t0
-                self.stats["batches"] += 1
-                self.stats["requests"] += len(jobs)
-                self.stats["sampled_tokens"] += sum(len(r.token_ids) for r in results)
-            except Exception as e:  # fail this batch's callers, keep serving
-                results = [e] * len(jobs)
-            for job, result in zip(jobs, results, strict=True):
-                job.resolve(result)
+            except Exception as e:  # fail the callers in this batch, keep serving
+                for job in [r.job for r in batch.rows] if batch is not None else []:
+                    job.resolve(e)
+                for job in jobs:
+                    job.resolve(e)
+                batch = None
+            if batch is None:
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
         while not self._queue.empty():  # fail whatever arrived after close
             job = self._queue.get_nowait()
             if job is not None:
                 job.resolve(RuntimeError("HFEngine is closed"))
 
     def _next_batch(self) -> list[_Job] | None:
-        """Block for one job, then gather more for up to `batch_window_s`."""
+        """Idle: block for one job, then gather more for up to `batch_window_s`."""
         first = self._queue.get()
         if first is None:
             return None
+        with self._idle:  # weights are loading: start no batch until they are in
+            while self._pausing:
+                self._idle.wait()
+            self._busy = True
         jobs = [first]
         deadline = time.monotonic() + self.batch_window_s
         while len(jobs) < self.max_batch_size:
@@ -182,89 +219,210 @@ class HFEngine:
             jobs.append(job)
         return jobs
 
-    def _generate_batch(self, requests: list[GenerationRequest]) -> list[Completion]:
-        """Sample every request to completion with one shared, shrinking KV cache."""
-        from transformers import DynamicCache
+    def _admissible(self, batch: _Batch, stopping: bool) -> tuple[list[_Job], bool]:
+        """Running: the queued jobs that fit into the batch now (none while weights wait to
+        load, while closing, or when the model's cache cannot be merged)."""
+        jobs: list[_Job] = []
+        if stopping or self._pausing or not batch.mergeable:
+            return jobs, stopping
+        while len(batch.rows) + len(jobs) < self.max_batch_size:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+        return jobs, stopping
 
-        n = len(requests)
-        for r in requests:
-            if not r.prompt_ids:
-                raise ValueError("a GenerationRequest needs at least one prompt id")
-        budgets = [
-            min(r.params.max_new_tokens, self.max_context - len(r.prompt_ids)) for r in requests
-        ]
-        if min(budgets) < 1:
+    def _step(self, batch: _Batch | None, jobs: list[_Job]) -> _Batch | None:
+        """One decode step of the running rows, then prefill and merge `jobs`; finished rows
+        are resolved and leave. Returns the batch still running (None when empty)."""
+        if batch is not None:
+            self._decode(batch)
+            batch = self._retire(batch)
+        rows = []
+        for job in jobs:
+            try:
+                rows.append(self._new_row(job))
+            except ValueError as e:  # a bad request fails alone
+                job.resolve(e)
+        if rows:
+            self.stats["batches"] += 1
+            self.stats["requests"] += len(rows)
+            new = self._retire(self._prefill(rows))
+            if new is not None:
+                batch = new if batch is None else batch.merge(new)
+        return batch
+
+    def _new_row(self, job: _Job) -> _Row:
+        """A row for `job`: its token budget, stop ids and seeded generator."""
+        request = job.request
+        if not request.prompt_ids:
+            raise ValueError("a GenerationRequest needs at least one prompt id")
+        params = request.params
+        budget = min(params.max_new_tokens, self.max_context - len(request.prompt_ids))
+        if budget < 1:
             raise ValueError(
-                f"prompt of {max(len(r.prompt_ids) for r in requests)} ids leaves no room "
+                f"prompt of {len(request.prompt_ids)} ids leaves no room "
                 f"in the model's context ({self.max_context})"
             )
-        stop_ids = [
-            set() if r.params.ignore_eos else set(r.params.stop_token_ids or self.default_stop_ids)
-            for r in requests
-        ]
-        generators = []
-        for r in requests:
-            g = torch.Generator(device=self.device)
-            g.manual_seed(r.params.seed if r.params.seed is not None else secrets.randbits(63))
-            generators.append(g)
+        stop_ids = (
+            set() if params.ignore_eos else set(params.stop_token_ids or self.default_stop_ids)
+        )
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+        return _Row(job, budget, stop_ids, generator)
 
-        width = max(len(r.prompt_ids) for r in requests)
+    def _prefill(self, rows: list[_Row]) -> _Batch:
+        """Run the prompts of `rows` (left-padded) and sample each row's first id."""
+        from transformers import DynamicCache
+
+        n = len(rows)
+        width = max(len(r.job.request.prompt_ids) for r in rows)
         input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(requests):  # left padding
-            input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            attention_mask[i, width - len(r.prompt_ids) :] = 1
+        for i, r in enumerate(rows):  # left padding
+            prompt = r.job.request.prompt_ids
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            attention_mask[i, width - len(prompt) :] = 1
         input_ids = input_ids.to(self.device)
         attention_mask = attention_mask.to(self.device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-
-        out_ids: list[list[int]] = [[] for _ in range(n)]
-        out_logp: list[list[float]] = [[] for _ in range(n)]
-        reasons = ["length"] * n
-        active = list(range(n))  # request index of each row still in the batch
         cache = DynamicCache(config=self.model.config)
-        while active:
-            logits = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1, :]  # [B, V]
-            logits = logits.float()
-            logp = torch.log_softmax(logits, dim=-1)  # raw distribution, temperature 1
-            next_ids = []
-            keep = []
-            for row, i in enumerate(active):
-                params = requests[i].params
-                if params.temperature == 0:
-                    token = int(torch.argmax(logits[row]))
-                else:
-                    probs = torch.softmax(filter_logits(logits[row], params), dim=-1)
-                    token = int(torch.multinomial(probs, 1, generator=generators[i]))
-                out_ids[i].append(token)
-                out_logp[i].append(float(logp[row, token]))
-                if token in stop_ids[i]:
-                    reasons[i] = "stop"
-                elif len(out_ids[i]) < budgets[i]:
-                    keep.append(row)
-                    next_ids.append(token)
-            if len(keep) < len(active):
-                if not keep:
-                    break
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                attention_mask = attention_mask[index]
-                position_ids = position_ids[index]
-                active = [active[row] for row in keep]
-            input_ids = torch.tensor(next_ids, device=self.device).unsqueeze(1)  # [B, 1]
-            attention_mask = torch.cat(
-                [attention_mask, attention_mask.new_ones((len(active), 1))], 1
+        batch = _Batch(rows, cache, attention_mask, position_ids[:, -1:], input_ids)
+        self._forward_and_sample(batch, position_ids)
+        return batch
+
+    def _decode(self, batch: _Batch) -> None:
+        """Feed every row its last sampled id and sample the next one."""
+        batch.attention_mask = torch.cat(
+            [batch.attention_mask, batch.attention_mask.new_ones((len(batch.rows), 1))], 1
+        )
+        batch.position_ids = batch.position_ids + 1
+        self._forward_and_sample(batch, batch.position_ids)
+
+    def _forward_and_sample(self, batch: _Batch, position_ids: torch.Tensor) -> None:
+        logits = self.model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=position_ids,
+            past_key_values=batch.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]  # [B, V]
+        logits = logits.float()
+        self.stats["forward_calls"] += 1
+        logp = torch.log_softmax(logits, dim=-1)  # raw distribution, temperature 1
+        tokens = []
+        for i, row in enumerate(batch.rows):
+            params = row.job.request.params
+            if params.temperature == 0:
+                token = int(torch.argmax(logits[i]))
+            else:
+                probs = torch.softmax(filter_logits(logits[i], params), dim=-1)
+                token = int(torch.multinomial(probs, 1, generator=row.generator))
+            tokens.append(token)
+            row.out_ids.append(token)
+            row.out_logp.append(float(logp[i, token]))
+            if token in row.stop_ids:
+                row.reason = "stop"
+        batch.input_ids = torch.tensor(tokens, device=self.device).unsqueeze(1)  # [B, 1]
+        self.stats["sampled_tokens"] += len(tokens)
+
+    def _retire(self, batch: _Batch) -> _Batch | None:
+        """Resolve rows that stopped, hit their budget or whose caller gave up; drop them."""
+        keep = []
+        for i, row in enumerate(batch.rows):
+            if row.job.future.cancelled():  # the caller timed out or was cancelled
+                continue
+            if row.reason == "stop" or len(row.out_ids) >= row.budget:
+                row.job.resolve(
+                    Completion(row.out_ids, row.out_logp, row.reason, self.weight_version)
+                )
+                continue
+            keep.append(i)
+        if not keep:
+            return None
+        if len(keep) < len(batch.rows):
+            batch.select(keep)
+        return batch
+
+
+@dataclass
+class _Row:
+    """One request being sampled in the running batch."""
+
+    job: _Job
+    budget: int = 0
+    stop_ids: set[int] = field(default_factory=set)
+    generator: torch.Generator | None = None
+    out_ids: list[int] = field(default_factory=list)
+    out_logp: list[float] = field(default_factory=list)
+    reason: str = "length"
+
+
+@dataclass
+class _Batch:
+    """The running batch: its rows, their shared KV cache, left-padded attention mask
+    [B, W], the next position id of each row [B, 1] and the ids to feed next [B, 1]."""
+
+    rows: list[_Row]
+    cache: Any
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    input_ids: torch.Tensor
+
+    @property
+    def mergeable(self) -> bool:
+        """Whether new rows can join: plain dynamic cache layers only (sliding-window or
+        quantized layers keep a different layout; their rows wait for the next batch)."""
+        from transformers.cache_utils import DynamicLayer
+
+        return all(type(layer) is DynamicLayer for layer in self.cache.layers)
+
+    def select(self, keep: list[int]) -> None:
+        """Keep rows `keep`; cut the left columns that only padded rows now gone."""
+        index = torch.tensor(keep, device=self.attention_mask.device)
+        self.rows = [self.rows[i] for i in keep]
+        self.cache.batch_select_indices(index)
+        self.attention_mask = self.attention_mask[index]
+        self.position_ids = self.position_ids[index]
+        self.input_ids = self.input_ids[index]
+        first = int(self.attention_mask.any(0).int().argmax())
+        if first > 0 and self.mergeable:
+            self.attention_mask = self.attention_mask[:, first:]
+            for layer in self.cache.layers:
+                layer.keys = layer.keys[:, :, first:]
+                layer.values = layer.values[:, :, first:]
+
+    def merge(self, other: _Batch) -> _Batch:
+        """Append `other`'s rows; the narrower cache and mask are padded on the left."""
+        width = max(self.attention_mask.shape[1], other.attention_mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.keys = torch.cat(
+                [_pad_left(mine.keys, width, 2), _pad_left(theirs.keys, width, 2)]
             )
-            position_ids = position_ids[:, -1:] + 1
-        return [
-            Completion(out_ids[i], out_logp[i], reasons[i], self.weight_version) for i in range(n)
-        ]
+            mine.values = torch.cat(
+                [_pad_left(mine.values, width, 2), _pad_left(theirs.values, width, 2)]
+            )
+        self.attention_mask = torch.cat(
+            [_pad_left(self.attention_mask, width, 1), _pad_left(other.attention_mask, width, 1)]
+        )
+        self.position_ids = torch.cat([self.position_ids, other.position_ids])
+        self.input_ids = torch.cat([self.input_ids, other.input_ids])
+        self.rows = self.rows + other.rows
+        return self
+
+
+def _pad_left(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """`x` with zeros prepended along `dim` up to `width`."""
+    missing = width - x.shape[dim]
+    if missing <= 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim)
 
 
 def _eos_ids(model: Any) -> list[int]:

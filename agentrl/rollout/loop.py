@@ -66,12 +66,36 @@ def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]]]:
 
 
 class _ThreadEnvs:
-    """Envs live in this process; their calls run in a thread pool."""
+    """Envs live in this process; their calls run in a thread pool.
 
-    def __init__(self, factory: EnvFactory, num_workers: int):
+    With `inline_s`, env steps that are known to be fast run on the event loop itself: after
+    `_NUM_PROBE_STEPS` steps in the pool each took less than `inline_s` seconds, later steps
+    skip the thread hop (two event-loop wake-ups and a GIL hand-over each way). The first
+    inline step that takes longer sends every later step back to the pool.
+    """
+
+    def __init__(self, factory: EnvFactory, num_workers: int, inline_s: float | None = None):
         self.factory = factory
         self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-env")
         self.envs: dict[int, TokenEnv] = {}
+        self.inline_s = inline_s
+        self.num_fast_steps = 0
+        self.slow = inline_s is None
+        """True once a step was too slow to run inline (or inlining is off)."""
+        self.num_inline_steps = 0
+
+    def _timed_step(self, eid: int, action: str) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self.envs[eid].step(action)
+        finally:
+            self._observe(time.perf_counter() - t0)
+
+    def _observe(self, seconds: float) -> None:
+        if self.inline_s is not None and seconds >= self.inline_s:
+            self.slow = True
+        else:
+            self.num_fast_steps += 1
 
     def _create(self, eid: int) -> tuple[str, int, list[dict[str, Any]]]:
         env = self.envs[eid] = self.factory()
@@ -89,10 +113,19 @@ class _ThreadEnvs:
 
     async def call(self, eid: int, method: str, arg: Any = None) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, self._call, eid, method, arg)
+        if method != "step" or self.slow:
+            return await loop.run_in_executor(self.pool, self._call, eid, method, arg)
+        if self.num_fast_steps < _NUM_PROBE_STEPS:
+            return await loop.run_in_executor(self.pool, self._timed_step, eid, arg)
+        self.num_inline_steps += 1
+        return self._timed_step(eid, arg)
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+_NUM_PROBE_STEPS = 8
+"""Env steps timed in the thread pool before fast ones may run inline."""
 
 
 def _env_worker(conn: Any, factory: EnvFactory) -> None:
@@ -102,21 +135,25 @@ def _env_worker(conn: Any, factory: EnvFactory) -> None:
         msg = conn.recv()
         if msg is None:
             return
-        eid, method, arg = msg
-        try:
-            if method == "create":
-                env = envs[eid] = factory()
-                result: Any = _env_header(env)
-            elif method == "reset":
-                result = envs[eid].reset(seed=arg)
-            elif method == "step":
-                result = envs[eid].step(arg)
-            else:
-                closing = envs.pop(eid, None)
-                result = closing.close() if closing is not None else None
-            conn.send((True, result))
-        except Exception as e:  # sent back; the episode becomes env_error
-            conn.send((False, f"{type(e).__name__}: {e}"))
+        conn.send(_serve(envs, factory, *msg))
+
+
+def _serve(
+    envs: dict[int, TokenEnv], factory: EnvFactory, eid: int, method: str, arg: Any
+) -> tuple[bool, Any]:
+    """One env call in a worker (process or Ray actor): `(True, result)` or `(False, error)`."""
+    try:
+        if method == "create":
+            env = envs[eid] = factory()
+            return True, _env_header(env)
+        if method == "reset":
+            return True, envs[eid].reset(seed=arg)
+        if method == "step":
+            return True, envs[eid].step(arg)
+        closing = envs.pop(eid, None)
+        return True, closing.close() if closing is not None else None
+    except Exception as e:  # sent back; the episode becomes env_error
+        return False, f"{type(e).__name__}: {e}"
 
 
 class _ProcessEnvs:
@@ -161,11 +198,54 @@ class _ProcessEnvs:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+class _EnvActor:
+    """A Ray actor hosting envs; its threads run the calls of different envs at once."""
+
+    def __init__(self, factory: EnvFactory) -> None:
+        self.factory = factory
+        self.envs: dict[int, TokenEnv] = {}
+
+    def call(self, eid: int, method: str, arg: Any) -> tuple[bool, Any]:
+        return _serve(self.envs, self.factory, eid, method, arg)
+
+
+class _RayEnvs:
+    """Envs live in a pool of Ray actors (any node with the resources asked for); an
+    episode stays on one actor. Ray starts in this process unless it is already running."""
+
+    def __init__(self, factory: EnvFactory, cfg: RolloutConfig):
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        actor = ray.remote(_EnvActor).options(
+            num_cpus=cfg.env_actor_num_cpus,
+            resources=dict(cfg.env_actor_resources) or None,
+            max_concurrency=cfg.num_env_workers,
+        )
+        self.actors = [actor.remote(factory) for _ in range(cfg.num_env_actors)]
+
+    async def call(self, eid: int, method: str, arg: Any = None) -> Any:
+        ok, result = await self.actors[eid % len(self.actors)].call.remote(eid, method, arg)
+        if not ok:
+            raise RuntimeError(result)
+        return result
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor)
+
+
+_Envs = _ThreadEnvs | _ProcessEnvs | _RayEnvs
+
+
 # -- one episode ------------------------------------------------------------------------------
 @dataclass
 class _Context:
     engine: Engine
-    envs: _ThreadEnvs | _ProcessEnvs
+    envs: _Envs
     bridge: ChatBridge
     cfg: RolloutConfig
     sampling: SamplingParams
@@ -365,9 +445,14 @@ async def arollout(
     bridge = bridge or ChatBridge(tokenizer)
     if not bridge.prefix_preserving:
         _warn_once(bridge, bridge.probe_error)
-    env_cls = _ThreadEnvs if cfg.env_executor == "thread" else _ProcessEnvs
     num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
-    envs = env_cls(env_factory, num_workers)
+    envs: _Envs
+    if cfg.env_executor == "thread":
+        envs = _ThreadEnvs(env_factory, num_workers, cfg.inline_env_step_s)
+    elif cfg.env_executor == "process":
+        envs = _ProcessEnvs(env_factory, num_workers)
+    else:
+        envs = _RayEnvs(env_factory, cfg)
     ctx = _Context(engine, envs, bridge, cfg, sampling, env_name)
     limit = asyncio.Semaphore(cfg.max_concurrent_episodes or len(seeds) * group_size or 1)
 

@@ -211,6 +211,7 @@ class VLLMEngine:
 
     def _sampling_params(self, params: SamplingParams) -> Any:
         from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         stops = [] if params.ignore_eos else list(params.stop_token_ids or self.default_stop_ids)
         return VSamplingParams(
@@ -224,6 +225,9 @@ class VLLMEngine:
             logprobs=0,  # the sampled id's logprob only
             skip_special_tokens=False,
             detokenize=False,
+            # one output per request, at the end: streaming every step would cost this
+            # process (and its event loops) Python work per sampled id
+            output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import inspect
 import logging
 import random
 import time
@@ -65,22 +66,45 @@ class StageTimer:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
 
 
+def trained_positions(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Sorted positions `t >= 1` where some row trains on token `t` (`[K]`, long)."""
+    return loss_mask[:, 1:].bool().any(0).nonzero().squeeze(-1) + 1
+
+
 def token_logprobs(
-    model: torch.nn.Module, batch: TrainBatch, *, temperature: float = 1.0
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    *,
+    temperature: float = 1.0,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(logp, logits)`: logprob of each id given the ids before it under the logits divided
-    by `temperature`, `[B, T]` (column 0 is 0), and those scaled logits, `[B, T-1, V]`."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1]
+    by `temperature`, `[B, T]`, and those scaled logits, `[B, K, V]`.
+
+    With `positions` (`[K]`, from `trained_positions`), only the logits that predict those
+    tokens are computed (the model's `logits_to_keep`), and `logp` is 0 elsewhere; without,
+    every position 1..T-1 is scored (`K = T - 1`).
+    """
+    if positions is None:
+        positions = torch.arange(1, batch.input_ids.shape[1], device=batch.input_ids.device)
+        kwargs = {}
+    else:
+        kwargs = {"logits_to_keep": positions - 1}
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kwargs)
+    logits = out.logits
+    if not kwargs:
+        logits = logits[:, :-1]
     if temperature != 1.0:
         logits = logits / temperature
-    logp = token_logprobs_from_logits(logits, batch.input_ids[:, 1:])
-    return torch.nn.functional.pad(logp, (1, 0)), logits
+    logp_kept = token_logprobs_from_logits(logits, batch.input_ids[:, positions])  # [B, K]
+    return spread(logp_kept, positions, batch.input_ids.shape[1]), logits
 
 
-def _pad_left_column(x: torch.Tensor) -> torch.Tensor:
-    """[B, T-1] -> [B, T] with a zero first column (aligned with `token_logprobs`)."""
-    return torch.nn.functional.pad(x, (1, 0))
+def spread(values: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+    """`[B, K]` values at `positions` -> `[B, length]`, 0 elsewhere."""
+    out = values.new_zeros(values.shape[0], length)
+    out[:, positions] = values
+    return out
 
 
 def _weighted_mean(records: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
@@ -126,6 +150,9 @@ class Trainer:
         algo = cfg.algo
 
         policy_model = load_model(str(self.model_path), dtype="float32")
+        forward_args = inspect.signature(policy_model.forward).parameters
+        self._logits_to_keep = "logits_to_keep" in forward_args
+        """Score only the positions of trained tokens (skips the LM head on prompts)."""
         critic_model = build_critic(policy_model) if algo.use_critic else None
         num_optimizer_steps = cfg.trainer.num_steps * algo.ppo_epochs * algo.num_mini_batches
         self.policy = make_backend(
@@ -306,44 +333,56 @@ class Trainer:
         return keep.tolist(), metrics
 
     @torch.no_grad()
+    def _positions(self, batch: TrainBatch) -> torch.Tensor | None:
+        """Positions to score (`trained_positions`), or None (all) when the model's forward
+        has no `logits_to_keep`."""
+        return trained_positions(batch.loss_mask) if self._logits_to_keep else None
+
+    @property
+    def single_update(self) -> bool:
+        """One optimizer step per rollout and no KL in the reward: the update's own forward
+        sees the pre-update weights, so `old_logp` is its detached logp and scoring skips
+        the policy forward (as TRL and verl do)."""
+        a = self.cfg.algo
+        kl_in_reward = a.use_reference and a.kl_in_reward
+        return a.ppo_epochs == 1 and a.num_mini_batches == 1 and not kl_in_reward
+
+    @torch.no_grad()
     def score(self, batch: TrainBatch) -> dict[str, float]:
-        """Fill `old_logp`, `ref_logp` and `old_values` with the weights before the update."""
+        """Fill `old_logp` (unless `single_update`), `ref_logp` and `old_values` with the
+        weights before the update."""
         device = self.policy.device
         old_logp, ref_logp, old_values = [], [], []
         batch.row_index = torch.arange(batch.num_rows)
         parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)
         for part in parts:
             part_dev = _to(part, device)
-            old_logp.append(
-                token_logprobs(self.policy.model, part_dev, temperature=self.temperature)[0]
-                .float()
-                .cpu()
-            )
-            if self.reference is not None:
-                ref_logp.append(
-                    token_logprobs(self.reference, part_dev, temperature=self.temperature)[0]
-                    .float()
-                    .cpu()
+            if not self.single_update:
+                logp, _ = token_logprobs(
+                    self.policy.model,
+                    part_dev,
+                    temperature=self.temperature,
+                    positions=self._positions(part_dev),
                 )
+                old_logp.append(logp.float().cpu())
+            if self.reference is not None:
+                logp, _ = token_logprobs(
+                    self.reference,
+                    part_dev,
+                    temperature=self.temperature,
+                    positions=self._positions(part_dev),
+                )
+                ref_logp.append(logp.float().cpu())
             if self.critic is not None:
                 values = token_values(
                     self.critic.model, part_dev.input_ids, part_dev.attention_mask
                 )
                 old_values.append(values.cpu())
         # micro_batches reorders rows; scatter the results back into batch order.
-        batch.old_logp = _scatter_rows(batch, parts, old_logp)
+        batch.old_logp = _scatter_rows(batch, parts, old_logp) if old_logp else None
         batch.ref_logp = _scatter_rows(batch, parts, ref_logp) if ref_logp else None
         batch.old_values = _scatter_rows(batch, parts, old_values) if old_values else None
-        mask = batch.loss_mask
-        n = mask.sum().clamp(min=1)
-        metrics = {}
-        if self.temperature == 1.0:  # engines report temperature-1 logprobs
-            diff = ((batch.sampler_logp - batch.old_logp).abs() * mask).sum() / n
-            metrics["actor/sampler_logp_diff"] = float(diff)
-        if batch.ref_logp is not None:
-            kl = kl_penalty(batch.old_logp, batch.ref_logp, self.cfg.algo.kl_kind)
-            metrics["actor/ref_kl"] = float((kl * mask).sum() / n)
-        return metrics
+        return {}
 
     def advantages(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Advantages `[B, T]` (0 off the trained tokens) and critic targets (or None)."""
@@ -400,10 +439,14 @@ class Trainer:
     def _policy_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
         """Policy loss (+ entropy bonus, + KL loss) of one micro-batch; backward."""
         a = self.cfg.algo
-        logp, logits = token_logprobs(self.policy.model, micro, temperature=self.temperature)
+        positions = self._positions(micro)
+        logp, logits = token_logprobs(
+            self.policy.model, micro, temperature=self.temperature, positions=positions
+        )
+        old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
         loss, stats = policy_loss(
             logp,
-            micro.old_logp,
+            old_logp,
             micro.advantages,
             micro.loss_mask,
             clip_eps_low=a.clip_eps_low,
@@ -415,13 +458,23 @@ class Trainer:
             **norm,
         )
         stats["pg_loss"] = float(loss.detach())
+        mask = micro.loss_mask
+        num_tokens = mask.sum().clamp(min=1)
+        if self.temperature == 1.0:  # engines report temperature-1 logprobs
+            stats["sampler_logp_diff"] = float(
+                ((micro.sampler_logp - old_logp).abs() * mask).sum() / num_tokens
+            )
+        if micro.ref_logp is not None:
+            ref_kl = kl_penalty(old_logp, micro.ref_logp, a.kl_kind)
+            stats["ref_kl"] = float((ref_kl * mask).sum() / num_tokens)
         with torch.set_grad_enabled(a.entropy_coef > 0):
-            entropy = _pad_left_column(entropy_from_logits(logits))  # [B, T]
+            length = micro.input_ids.shape[1]
+            kept = positions if positions is not None else torch.arange(1, length)
+            entropy = spread(entropy_from_logits(logits), kept, length)  # [B, T]
             entropy_term = aggregate(entropy, micro.loss_mask.bool(), a.loss_agg, **norm)
         if a.entropy_coef > 0:
             loss = loss - a.entropy_coef * entropy_term
-        mask = micro.loss_mask
-        stats["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+        stats["entropy"] = float((entropy.detach() * mask).sum() / num_tokens)
         if a.use_kl_loss:
             kl_term, kl_stats = kl_loss(
                 logp, micro.ref_logp, mask, kind=a.kl_kind, agg=a.loss_agg, **norm

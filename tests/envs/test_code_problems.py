@@ -119,11 +119,11 @@ def test_wrong_solutions_score_below_one(sandbox) -> None:
     assert sorted(c.problem_id for c in checks) == sorted(WRONG)
     for check in checks:
         assert 0 < check.passed < check.total, (check.problem_id, check.errors)
-    # the naive fib passes the small cases; the run times out on fib(10**18), and the tests
-    # that finished before still count
+    # the naive fib passes the small cases; fib(10**18) times out, and the tests that
+    # finished before still count
     (fib,) = [c for c in checks if c.problem_id == "fibonacci-mod"]
     assert fib.errors[:4] == [None] * 4 and fib.passed == 4
-    assert fib.errors[4].startswith("the test run did not finish") and "Timed out" in fib.errors[4]
+    assert fib.errors[4].startswith("Timed out"), fib.errors[4]
     # through the env, on the last turn the reward is the fraction of tests passed
     env = CodeEnv(sandbox=sandbox, max_turns=1, timeout=3)
     env.reset(seed=0, options={"problem_id": "valid-ipv4"})

@@ -157,3 +157,75 @@ def test_engine_from_config_builds_hf(tiny_model_path: Path) -> None:
         assert len(generate_sync(engine, [GenerationRequest([1, 2], params)])[0].token_ids) == 3
     finally:
         engine.close()
+
+
+def test_requests_join_a_running_batch(engine: HFEngine, tiny_model_path: Path) -> None:
+    """Continuous batching: requests that arrive while a long batch runs join it at the next
+    step (and finish first), with the same ids and logprobs they get alone."""
+    reference = load_model(str(tiny_model_path), dtype="float32")
+    long_params = SamplingParams(max_new_tokens=400, seed=11, ignore_eos=True)
+    short = [
+        GenerationRequest(p, SamplingParams(max_new_tokens=6, seed=20 + i, ignore_eos=True))
+        for i, p in enumerate(_prompts()[:3])
+    ]
+    alone = generate_sync(engine, short)
+
+    async def main() -> tuple[list[str], list[Completion]]:
+        order: list[str] = []
+
+        async def run(name: str, requests: list[GenerationRequest]) -> list[Completion]:
+            out = await engine.generate(requests)
+            order.append(name)
+            return out
+
+        start = engine.stats["forward_calls"]
+        long_task = asyncio.create_task(run("long", [GenerationRequest([1, 2, 3], long_params)]))
+        while engine.stats["forward_calls"] < start + 2:  # the long request is decoding now
+            await asyncio.sleep(0.005)
+        before = engine.stats["forward_calls"]
+        joined = await asyncio.gather(*(run(f"short{i}", [r]) for i, r in enumerate(short)))
+        assert engine.stats["forward_calls"] - before < 60  # not after the 400-step batch
+        await long_task
+        return order, [c[0] for c in joined]
+
+    order, joined = asyncio.run(main())
+    assert order[-1] == "long"
+    for req, a, b in zip(short, alone, joined, strict=True):
+        assert a.token_ids == b.token_ids
+        expected = teacher_forced_logp(reference, req.prompt_ids, b.token_ids)
+        assert max(abs(x - y) for x, y in zip(b.logp, expected, strict=True)) < PARITY_TOL
+
+
+def test_update_weights_waits_for_running_rows(tiny_model_path: Path) -> None:
+    """A completion comes from one weight version: update_weights waits for the running
+    batch, and requests queued meanwhile start on the new weights."""
+    engine = HFEngine(str(tiny_model_path), max_batch_size=4)
+    try:
+        state = {k: v.clone() for k, v in engine.model.state_dict().items()}
+        long_params = SamplingParams(max_new_tokens=300, seed=1, ignore_eos=True)
+
+        async def main() -> tuple[Completion, Completion]:
+            first = asyncio.create_task(engine.generate([GenerationRequest([1, 2], long_params)]))
+            while engine.stats["forward_calls"] < 2:  # decoding now
+                await asyncio.sleep(0.005)
+            await asyncio.to_thread(engine.update_weights, state, 7)
+            assert first.done()  # update_weights returned only after the batch finished
+            second = await engine.generate([GenerationRequest([1, 2], long_params)])
+            return (await first)[0], second[0]
+
+        first, second = asyncio.run(main())
+        assert (first.weight_version, second.weight_version) == (0, 7)
+        assert first.token_ids == second.token_ids  # same weights, same seed
+    finally:
+        engine.close()
+
+
+def test_a_bad_request_fails_alone(engine: HFEngine) -> None:
+    async def main() -> list[object]:
+        good = engine.generate([GenerationRequest([1, 2], SamplingParams(max_new_tokens=4))])
+        bad = engine.generate([GenerationRequest([], SamplingParams(max_new_tokens=4))])
+        return await asyncio.gather(good, bad, return_exceptions=True)
+
+    good, bad = asyncio.run(main())
+    assert isinstance(good, list) and len(good[0].token_ids) >= 1
+    assert isinstance(bad, ValueError) and "prompt id" in str(bad)

@@ -108,3 +108,23 @@ def test_collapse_warning_metric_and_line(tmp_path, caplog) -> None:
         trainer.close()
     assert metrics["collapse_warning"] == 1.0
     assert "collapse early warning" in caplog.text
+
+
+def test_single_update_shortcut_matches_explicit_scoring(tmp_path, monkeypatch) -> None:
+    """With one optimizer step per rollout, reusing the update's own logp as `old_logp`
+    gives the same step as scoring the policy first."""
+    cfg = _cfg("grpo", "checkpoint.every=0", "logging.save_trajectories=0")
+    results = []
+    for explicit in (False, True):
+        if explicit:
+            monkeypatch.setattr(Trainer, "single_update", property(lambda self: False))
+        trainer = Trainer(cfg, tmp_path / str(explicit))
+        try:
+            results.append((trainer.train_step(), trainer.policy.full_state_dict()))
+        finally:
+            trainer.close()
+    (shortcut, w_shortcut), (explicit, w_explicit) = results
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/ref_kl", "reward/mean"):
+        assert shortcut[key] == pytest.approx(explicit[key], rel=1e-5, abs=1e-7), key
+    for key, value in w_shortcut.items():
+        assert torch.allclose(value, w_explicit[key], atol=1e-6), key

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agentrl.envs.base import Observation, TokenEnv
@@ -17,33 +18,11 @@ from agentrl.sandbox import Sandbox, SandboxConfig, make_sandbox
 
 _BLOCK_RE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 
-# Runs the solution, then each test; after each test it writes one result line tagged with a
-# per-run nonce, so the tests that passed still count when a later one hangs or crashes the run.
-_HARNESS = """
-import json, os, sys, traceback
-_tests = json.loads(open("tests.json").read())
-os.remove("tests.json")  # the solution cannot read the tests or this file (with the nonce)
-os.remove(__file__)
-_ns = {"__name__": "solution"}
-def _report(i, error):
-    sys.stdout.flush()
-    os.write(1, ("\\n" + NONCE + json.dumps([i, error]) + "\\n").encode())
-try:
-    exec(compile(open("setup.py").read() + "\\n", "setup.py", "exec"), _ns)
-    exec(compile(open("solution.py").read(), "solution.py", "exec"), _ns)
-    _error = None
-except BaseException as e:
-    _error = "".join(traceback.format_exception_only(type(e), e)).strip()
-for _i, _t in enumerate(_tests):
-    if _error is not None:
-        _report(_i, _error)
-        continue
-    try:
-        exec(compile(_t, "test", "exec"), dict(_ns))
-        _report(_i, None)
-    except BaseException as e:
-        _report(_i, "".join(traceback.format_exception_only(type(e), e)).strip() or type(e).__name__)
-"""
+_HERE = Path(__file__).parent
+_HARNESS = (_HERE / "_harness.py").read_text(encoding="utf-8")
+"""The trusted test runner: the sandbox program (see its docstring for the design)."""
+_SOLUTION_HOST = (_HERE / "_solution_host.py").read_text(encoding="utf-8")
+"""The process that loads the solution and answers the harness's calls."""
 
 _SHARED: dict[str, Sandbox] = {}
 _SHARED_LOCK = threading.Lock()
@@ -59,25 +38,41 @@ def shared_sandbox(config: SandboxConfig) -> Sandbox:
 
 
 def run_tests(
-    problem: Problem, code: str, sandbox: Sandbox, *, timeout: float = 10.0, max_chars: int = 2000
+    problem: Problem,
+    code: str,
+    sandbox: Sandbox,
+    *,
+    timeout: float = 10.0,
+    max_chars: int = 2000,
+    test_timeout: float | None = None,
+    max_result_bytes: int = 4 << 20,
 ) -> tuple[list[str | None], str]:
-    """Run `problem`'s tests on `code` in `sandbox` (one run for all tests).
+    """Run `problem`'s tests on `code` in `sandbox` (one sandbox run for all tests).
 
-    Returns the per-test error (None = passed) and, when the run did not finish (crash,
-    timeout, killed), a summary of what happened (else ""). Tests that finished before the
-    run broke keep their result; the test that was running gets the summary, later ones are
-    marked not run.
+    The tests run in a trusted harness process; the solution runs in a separate process that
+    only answers the calls the tests make, with plain data (`_harness.py` explains why no
+    solution can forge a verdict). Each test may take `test_timeout` seconds (default: all
+    the time left); the whole run takes at most `timeout`. A result over `max_result_bytes`
+    fails its test.
+
+    Returns the per-test error (None = passed) and, when the run did not finish (the sandbox
+    killed it), a summary of what happened (else ""). Tests that finished before the run broke
+    keep their result; the test that was running gets the summary, later ones are marked not
+    run.
     """
-    nonce = "@@agentrl-result-" + secrets.token_hex(8) + "@@"
-    result = sandbox.run(
-        f"NONCE = {nonce!r}\n" + _HARNESS,
-        files={
-            "solution.py": code,
-            "setup.py": problem.setup,
-            "tests.json": json.dumps(problem.tests),
-        },
-        timeout=timeout,
-    )
+    nonce = "@@agentrl-result-" + secrets.token_hex(16) + "@@"
+    reserve = min(0.5, timeout / 4)  # for the harness to start and to report the last test
+    spec = {
+        "nonce": nonce,
+        "tests": problem.tests,
+        "setup": problem.setup,
+        "solution": code,
+        "host": _SOLUTION_HOST,
+        "budget": timeout - reserve,
+        "test_timeout": test_timeout if test_timeout is not None else timeout,
+        "max_reply_bytes": max_result_bytes,
+    }
+    result = sandbox.run(_HARNESS, stdin=json.dumps(spec), timeout=timeout)
     missing = object()
     errors: list[Any] = [missing] * len(problem.tests)
     for line in result.stdout.splitlines():
@@ -171,11 +166,15 @@ class CodeEnv(TokenEnv):
         sandbox: Sandbox | None = None,
         sandbox_config: dict[str, Any] | None = None,
         max_feedback_chars: int = 2000,
+        test_timeout: float | None = 5.0,
     ):
+        """`timeout` bounds one grading run (all tests); `test_timeout` one test (None: no
+        limit of its own), so a hanging test still leaves time to grade the others."""
         super().__init__()
         self.problems: list[Problem] = load_problems(problems)
         self.max_turns = max_turns
         self.timeout = timeout
+        self.test_timeout = test_timeout
         self.max_feedback_chars = max_feedback_chars
         self._sandbox = sandbox
         self._sandbox_config = SandboxConfig(**(sandbox_config or {}))
@@ -214,6 +213,7 @@ class CodeEnv(TokenEnv):
             self.sandbox,
             timeout=self.timeout,
             max_chars=self.max_feedback_chars,
+            test_timeout=self.test_timeout,
         )
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:

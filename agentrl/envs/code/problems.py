@@ -6,8 +6,18 @@ A problem file has one JSON object per line with the fields:
 - `prompt` (str, required): the task as shown to the model (name the function to write).
 - `tests` (list of str, required): Python statements run after the solution, one test each;
   a test passes when it raises nothing (typically an `assert`). Tests are hidden from the model;
-  the source of a failing test is shown in the feedback.
-- `setup` (str, optional): code run before the solution (imports, helpers).
+  the source of a failing test is shown in the feedback. Tests run in a trusted process, not
+  next to the solution (see `_harness.py`). A name the test reads that neither builtins, the
+  setup nor the test defines is looked up in the solution. Calls to it send their arguments
+  as plain data (None, bool, int, float, complex, str, bytes, list, tuple, dict, set,
+  frozenset) and get plain data back. Objects that are not data (instances of the solution's
+  classes) stay in the solution's process. Tests can call their methods, read attributes,
+  and use `len`, iteration, `[]` and `in` on them, but they equal only themselves. So compare
+  results with data, not with `isinstance` against a solution class, and do not pass
+  functions (lambdas) to the solution. An exception the solution raises arrives as its
+  nearest builtin class (a `ValueError` subclass is caught by `except ValueError`).
+- `setup` (str, optional): code run before the solution (imports, helpers); it runs both in
+  the solution's process and in the tests' process.
 - `difficulty` (str, optional): a label such as `easy` or `medium`.
 - `solution` (str, optional): a reference solution that passes every test. It is never shown
   to the model; `check_solutions` runs it to prove the tests are right (every shipped problem

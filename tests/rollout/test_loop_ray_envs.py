@@ -1,0 +1,98 @@
+"""The rollout loop with `env_executor="ray"`: envs hosted in a pool of Ray actors.
+
+One loopback Ray instance (2 CPUs) for the module; the engine is the scripted fake, so no
+model loads. Env actors run in their own processes: the test env reports its process id.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import pytest
+
+from agentrl.rollout.config import RolloutConfig
+from agentrl.rollout.engine import SamplingParams
+from agentrl.rollout.loop import rollout
+from agentrl.trajectory.bridge import ChatBridge
+from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.types import Status
+
+ray = pytest.importorskip("ray")
+pytestmark = [pytest.mark.ray]
+
+
+class PidEnv(ScriptedEnv):
+    """ScriptedEnv that says in each step's info which process ran the step."""
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "pid": os.getpid()}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """Ray on loopback with 2 CPUs; this module's classes travel by value to the actors."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()
+
+
+def _rollout(executor: str, env_factory, seeds=range(8)):  # type: ignore[no-untyped-def]
+    tok = build_tokenizer("chatml")
+    bridge = ChatBridge(tok)
+    cfg = RolloutConfig(
+        max_context_tokens=4096,
+        env_executor=executor,  # type: ignore[arg-type]
+        num_env_actors=2,
+        env_actor_num_cpus=0.25,
+        num_env_workers=4,
+    )
+    engine = ScriptedEngine(plain_vocab_ids(tok), seed=0)
+    sampling = SamplingParams(max_new_tokens=8, stop_token_ids=bridge.stop_token_ids)
+    return rollout(
+        engine, env_factory, tok, list(seeds), group_size=1, cfg=cfg, sampling=sampling,
+        bridge=bridge,
+    )  # fmt: skip
+
+
+def test_envs_run_in_a_pool_of_ray_actors(ray_local) -> None:
+    factory = functools.partial(PidEnv, min_steps=2, max_steps=5)
+    on_ray = _rollout("ray", factory)
+    in_threads = _rollout("thread", factory)
+    pids = []
+    for traj in on_ray.trajectories:
+        assert traj.status == Status.OK, traj.error
+        episode_pids = {turn.info["pid"] for turn in traj.turns}
+        assert len(episode_pids) == 1  # an episode stays on one actor
+        pids += episode_pids
+    assert os.getpid() not in pids and len(set(pids)) == 2  # both actors, none in the driver
+    # The env's own behaviour does not depend on where it runs.
+    assert [t.num_turns for t in on_ray.trajectories] == [
+        t.num_turns for t in in_threads.trajectories
+    ]
+    assert [t.total_reward for t in on_ray.trajectories] == [
+        t.total_reward for t in in_threads.trajectories
+    ]
+    assert on_ray.metrics["rollout/success_rate"] == 1.0
+
+
+def test_an_env_that_raises_in_an_actor_ends_only_its_episode(ray_local) -> None:
+    factory = functools.partial(PidEnv, min_steps=1, max_steps=4, fail_on_step=2)
+    result = _rollout("ray", factory, seeds=range(6))
+    statuses = [t.status for t in result.trajectories]
+    assert Status.ENV_ERROR in statuses
+    for traj in result.trajectories:
+        if traj.status == Status.ENV_ERROR:
+            assert "scripted env failure on step 2" in (traj.error or "")
+            assert traj.num_turns == 2  # the turn before the failure is kept
+        else:
+            assert traj.status == Status.OK and traj.num_turns == 1
