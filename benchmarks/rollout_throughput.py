@@ -8,8 +8,13 @@
     0-200 ms. Goal >= 2x. The lockstep baseline steps envs in parallel threads (the stronger
     baseline) and, as RAGEN does, one after another.
 
+(b) runs with a scripted engine (fixed time per call) and with a real engine on the tiny
+    model (`--lockstep-engines scripted,hf[,vllm]`), so generation time per turn is real.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_throughput.py --engines hf
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_throughput.py --engines hf,vllm
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rollout_throughput.py --engines '' \
+        --lockstep-engines scripted,hf,vllm
 """
 
 from __future__ import annotations
@@ -126,8 +131,16 @@ def overhead(
     )
 
 
-def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) -> None:
-    """(b): per-episode tasks vs lockstep turns, env latency uniform in 0-200 ms."""
+def async_vs_lockstep(
+    engine_name: str, model: str, episodes: int, turns: int, new_tokens: int, gen_delay_s: float
+) -> None:
+    """(b): per-episode tasks vs lockstep turns, env step latency uniform in 0-200 ms.
+
+    `engine_name` "scripted" is a fake engine that takes `gen_delay_s` per call whatever
+    the batch; "hf" / "vllm" generate for real on `model` (each request samples exactly
+    `new_tokens` ids, so every mode generates the same tokens' worth of work). Episode
+    lengths come from the env's seed, so all modes run the same turns.
+    """
     from agentrl.rollout.config import RolloutConfig
     from agentrl.rollout.engine import GenerationRequest, SamplingParams
     from agentrl.rollout.loop import rollout
@@ -139,22 +152,42 @@ def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) 
         plain_vocab_ids,
     )
 
-    tok = build_tokenizer("chatml")
+    if engine_name == "scripted":
+        tok = build_tokenizer("chatml")
+
+        def new_engine() -> Any:
+            return ScriptedEngine(plain_vocab_ids(tok), seed=0, p_stop=0.0, delay_s=gen_delay_s)
+
+        what = f"scripted engine, {gen_delay_s * 1000:.0f} ms per generate call"
+    else:
+        from agentrl.rollout.models import load_tokenizer
+
+        tok = load_tokenizer(model)
+        shared = build(engine_name, model)
+
+        def new_engine() -> Any:
+            return shared
+
+        what = f"{engine_name} engine on {model}, {new_tokens} ids per turn"
     bridge = ChatBridge(tok)
     env = functools.partial(
         ScriptedEnv, latency_s=(0.0, 0.2), min_steps=turns // 2, max_steps=turns
     )
-    sampling = SamplingParams(max_new_tokens=16, stop_token_ids=bridge.stop_token_ids)
-    cfg = RolloutConfig(max_turns=turns, num_env_workers=episodes)
-    engine = ScriptedEngine(plain_vocab_ids(tok), seed=seed, delay_s=gen_delay_s)
-    t0 = time.perf_counter()
-    result = rollout(engine, env, tok, list(range(episodes)), group_size=1, cfg=cfg,
-                     sampling=sampling, bridge=bridge)  # fmt: skip
-    ours = time.perf_counter() - t0
-    turns_done = sum(t.num_turns for t in result.trajectories)
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, seed=1)
+    cfg = RolloutConfig(max_turns=turns, num_env_workers=episodes, max_context_tokens=4096)
+    seeds = list(range(episodes))
 
-    def lockstep(parallel_env: bool) -> tuple[float, int]:
-        engine = ScriptedEngine(plain_vocab_ids(tok), seed=seed, delay_s=gen_delay_s)
+    def run_async() -> tuple[float, int, float]:
+        engine = new_engine()
+        t0 = time.perf_counter()
+        result = rollout(engine, env, tok, seeds, group_size=1, cfg=cfg, sampling=sampling,
+                         bridge=bridge)  # fmt: skip
+        wall = time.perf_counter() - t0
+        turns_done = sum(t.num_turns for t in result.trajectories)
+        return wall, turns_done, result.metrics["rollout/generation_s"] / episodes
+
+    def lockstep(parallel_env: bool) -> tuple[float, int, float]:
+        engine = new_engine()
         envs = [env() for _ in range(episodes)]
         pool = ThreadPoolExecutor(episodes)
         start = time.perf_counter()
@@ -164,14 +197,19 @@ def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) 
         ]
         active = list(range(episodes))
         n = 0
+        gen_s = 0.0
         for _ in range(turns):
             if not active:
                 break
             reqs = [GenerationRequest(records[i].prompt_ids, sampling, f"0-{i}") for i in active]
+            t0 = time.perf_counter()
             comps = asyncio.run(engine.generate(reqs))  # one batch: everyone waits for it
+            gen_s += time.perf_counter() - t0
             actions = []
+            sampled = {}
             for i, c in zip(active, comps, strict=True):
                 records[i].add_completion(c.token_ids, c.logp, 0)
+                sampled[i] = c.token_ids
                 actions.append(bridge.decode(c.token_ids, skip_special_tokens=True))
             if parallel_env:
                 steps = list(
@@ -183,22 +221,32 @@ def async_vs_lockstep(episodes: int, turns: int, gen_delay_s: float, seed: int) 
             still = []
             for i, (o, _, term, trunc, _) in zip(active, steps, strict=True):
                 if not (term or trunc):
-                    ids = records[i].next_ids(o, [])
+                    ids = records[i].next_ids(o, sampled[i])
                     records[i].add_observation(o, ids, 0)
                     still.append(i)
             active = still
         pool.shutdown()
-        return time.perf_counter() - start, n
+        return time.perf_counter() - start, n, gen_s
 
-    par_s, par_turns = lockstep(parallel_env=True)
-    seq_s, seq_turns = lockstep(parallel_env=False)
+    try:
+        if engine_name != "scripted":  # warm the engine (first calls, allocator)
+            asyncio.run(shared.generate([GenerationRequest([1, 2, 3], sampling)] * episodes))
+        ours_s, turns_done, _ = run_async()
+        par_s, par_turns, par_gen = lockstep(parallel_env=True)
+        seq_s, seq_turns, _ = lockstep(parallel_env=False)
+    finally:
+        if engine_name != "scripted":
+            shared.close()
     assert par_turns == seq_turns == turns_done, (par_turns, seq_turns, turns_done)
+    num_turns = max(1, -(-turns_done // episodes))
     print(
-        f"(b) {episodes} episodes, {turns_done} turns, env latency U(0, 200 ms), "
-        f"generation {gen_delay_s * 1000:.0f} ms/call: async {ours:.2f} s; "
-        f"lockstep (parallel env steps) {par_s:.2f} s = {par_s / ours:.2f}x; "
-        f"lockstep (sequential env steps, RAGEN) {seq_s:.2f} s = {seq_s / ours:.2f}x "
-        "(goal >= 2x)"
+        f"(b) {what}: {episodes} episodes, {turns_done} turns, env step latency U(0, 200 ms)\n"
+        f"    lockstep generation per turn (whole batch): {par_gen / num_turns * 1000:.0f} ms\n"
+        f"    async per-episode tasks (agentrl)      {ours_s:6.2f} s\n"
+        f"    lockstep, env steps in parallel threads {par_s:6.2f} s -> async is "
+        f"{par_s / ours_s:.2f}x faster\n"
+        f"    lockstep, env steps one after another   {seq_s:6.2f} s -> async is "
+        f"{seq_s / ours_s:.2f}x faster (RAGEN-style loop; goal >= 2x)"
     )
 
 
@@ -212,13 +260,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="(a) runs per engine")
     parser.add_argument("--lockstep-episodes", type=int, default=32)
     parser.add_argument("--lockstep-turns", type=int, default=8)
-    parser.add_argument("--gen-delay-ms", type=float, default=20.0)
+    parser.add_argument("--gen-delay-ms", type=float, default=20.0, help="(b) scripted engine")
+    parser.add_argument(
+        "--lockstep-engines",
+        default="scripted,hf",
+        help="(b): comma list of scripted, hf, vllm ('' skips b)",
+    )
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    if args.lockstep_episodes:
-        async_vs_lockstep(args.lockstep_episodes, args.lockstep_turns, args.gen_delay_ms / 1000, 0)
+    for name in filter(None, args.lockstep_engines.split(",")):
+        async_vs_lockstep(
+            name,
+            args.model,
+            args.lockstep_episodes,
+            args.lockstep_turns,
+            args.new_tokens,
+            args.gen_delay_ms / 1000,
+        )
     for name in filter(None, args.engines.split(",")):
         overhead(name, args.model, args.episodes, args.turns, args.new_tokens, args.repeats)
 

@@ -1,9 +1,10 @@
 """The untrusted side of the `code` env's test harness (standard library only).
 
-The trusted harness (`_harness.py`) starts this as a fresh interpreter,
-`python3 -I -S -c <this source> <request fd> <reply fd> <sys.path as JSON>`, in the sandbox. It never sees a test:
-it loads the problem's setup and the model's solution, then answers requests one at a time,
-each a frame (4-byte big-endian length, then JSON) on the request fd:
+The trusted harness (`_harness.py`) starts this as a fresh interpreter in the sandbox:
+`python3 -I -S -c <this source> <request fd> <reply fd> <sys.path joined by os.pathsep>`. It never sees a
+test. It loads the problem's setup and the model's solution, then answers requests one at a
+time. Each request is a frame on the request fd: a 4-byte big-endian length, then a `marshal`
+dump. That is safe here because only the trusted harness writes it. The requests are:
 
 - `{"op": "load", "setup": ..., "solution": ...}`: run both in a fresh namespace;
 - `{"op": "get", "name": ...}`: a global the solution defined (never a builtin);
@@ -11,20 +12,23 @@ each a frame (4-byte big-endian length, then JSON) on the request fd:
 - `{"op": "getattr", "target": H, "name": ...}`;
 - `{"op": "len" | "iter" | "getitem" | "contains", "target": H, "arg": ...}`.
 
-Each reply is one frame, `{"id": ..., "ok": value}` or `{"id": ..., "exc": {...}}`. Values
-travel as tagged JSON data; an object that is not plain data stays here and is named by a
-handle H. Everything in this process is under the solution's control, so the harness treats
-each reply as nothing more than the value a function call returned.
+Each reply is one frame of JSON text: `{"id": ..., "ok": value}` or `{"id": ..., "exc": {...}}`.
+The harness parses JSON and never unmarshals anything from here. Values travel as tagged
+data, and an object that is not plain data stays here and is named by a handle H.
+Everything in this process is under the solution's control, so the harness treats each
+reply as nothing more than the value a function call returned.
+
+Only builtin modules are imported (`json`, `traceback` and `base64` would add about 10 ms to
+every run), so the JSON is written by hand with `_json`'s string encoder.
 """
 
-import base64
+import _json
+import binascii
 import builtins
 import io
-import json
+import marshal
 import os
-import struct
 import sys
-import traceback
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
@@ -32,80 +36,82 @@ MAX_MESSAGE = 2000
 
 _handles = {}
 _namespace = {}
-_SCALARS = (type(None), bool, int, float, str)
-_CONVERT = (
-    (int, int),
-    (float, float),
-    (str, str),
-    (bytes, bytes),
-    (tuple, tuple),
-    (list, list),
-    (dict, dict),
-    (frozenset, frozenset),
-    (set, set),
-    (complex, complex),
-)
+_quote = _json.encode_basestring_ascii
+_SEQUENCES = {list: "L", tuple: "T", set: "S", frozenset: "F"}
+_CONVERT = (int, float, str, bytes, tuple, list, dict, frozenset, set, complex)
 
 
 class _TooBig(Exception):
     pass
 
 
-def _handle(obj):
-    key = len(_handles) + 1
-    _handles[key] = obj
-    return {"H": key}
+def _float(x):
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    return float.__repr__(x)
 
 
-def encode(value, depth=0, budget=None):
-    """`value` as tagged JSON data; objects that are not data become handles."""
+def encode(value, out, depth=0, budget=None):
+    """Append `value` to `out` as tagged JSON text; objects that are not data become handles."""
     budget = budget if budget is not None else [MAX_NODES]
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
         raise _TooBig("the result is too large or too deeply nested to send")
     kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if kind is list:
-        return {"L": [encode(v, depth + 1, budget) for v in value]}
-    if kind is tuple:
-        return {"T": [encode(v, depth + 1, budget) for v in value]}
-    if kind is set:
-        return {"S": [encode(v, depth + 1, budget) for v in value]}
-    if kind is frozenset:
-        return {"F": [encode(v, depth + 1, budget) for v in value]}
-    if kind is dict:
-        return {
-            "D": [
-                [encode(k, depth + 1, budget), encode(v, depth + 1, budget)]
-                for k, v in value.items()
-            ]
-        }
-    if kind is bytes:
-        return {"B": base64.b64encode(value).decode()}
-    if kind is complex:
-        return {"C": [value.real, value.imag]}
-    for base, convert in _CONVERT:  # subclasses (Counter, namedtuple, IntEnum) as plain data
-        if isinstance(value, base):
-            plain = convert(value)
-            if type(plain) is base:
-                return encode(plain, depth + 1, budget)
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
-        return encode(value.tolist(), depth + 1, budget)  # numpy scalars and arrays
-    return _handle(value)
+    if value is None:
+        out.append("null")
+    elif kind is bool:
+        out.append("true" if value else "false")
+    elif kind is int:
+        out.append(int.__repr__(value))
+    elif kind is float:
+        out.append(_float(value))
+    elif kind is str:
+        out.append(_quote(value))
+    elif kind in _SEQUENCES:
+        out.append('{"' + _SEQUENCES[kind] + '":[')
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            encode(item, out, depth + 1, budget)
+        out.append("]}")
+    elif kind is dict:
+        out.append('{"D":[')
+        for i, (k, v) in enumerate(value.items()):
+            out.append(",[" if i else "[")
+            encode(k, out, depth + 1, budget)
+            out.append(",")
+            encode(v, out, depth + 1, budget)
+            out.append("]")
+        out.append("]}")
+    elif kind is bytes:
+        out.append('{"B":"' + binascii.b2a_base64(value, newline=False).decode("ascii") + '"}')
+    elif kind is complex:
+        out.append('{"C":[' + _float(value.real) + "," + _float(value.imag) + "]}")
+    else:
+        for base in _CONVERT:  # subclasses (Counter, namedtuple, IntEnum) as plain data
+            if isinstance(value, base):
+                plain = base(value)
+                if type(plain) is base:
+                    return encode(plain, out, depth + 1, budget)
+        if kind.__module__ == "numpy" and hasattr(value, "tolist"):
+            return encode(value.tolist(), out, depth + 1, budget)  # numpy scalars and arrays
+        key = len(_handles) + 1
+        _handles[key] = value
+        out.append('{"H":' + str(key) + "}")
 
 
 def decode(data):
-    """Arguments from the harness: tagged JSON data, handles back to their objects."""
+    """Arguments from the harness: tagged data, handles back to their objects."""
     if type(data) is not dict:
         return data
     ((tag, body),) = data.items()
     if tag == "H":
         return _handles[body]
-    if tag == "B":
-        return base64.b64decode(body)
-    if tag == "C":
-        return complex(*body)
+    if tag in ("B", "C"):
+        return body
     if tag == "D":
         return {decode(k): decode(v) for k, v in body}
     items = [decode(v) for v in body]
@@ -113,48 +119,45 @@ def decode(data):
 
 
 def describe(exc):
-    """An exception as data: its type, the builtin classes it derives from, and its text."""
+    """An exception as JSON: its type, the builtin classes it derives from, and its text."""
+    name = type(exc).__name__
     try:
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        message = str(exc)
     except BaseException:
-        text = type(exc).__name__
+        message = ""
+    text = f"{name}: {message}" if message else name
     bases = [c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, None) is c]
-    return {"type": type(exc).__name__, "bases": bases, "text": text[:MAX_MESSAGE]}
-
-
-def _run_source(source, filename):
-    exec(compile(source, filename, "exec"), _namespace)
+    quoted = ",".join(_quote(b) for b in bases)
+    return f'{{"type":{_quote(name)},"bases":[{quoted}],"text":{_quote(text[:MAX_MESSAGE])}}}'
 
 
 def answer(req):
-    """Do what one request asks; return the encoded result."""
+    """Do what one request asks; return its result."""
     op = req["op"]
     if op == "load":
         _namespace.clear()
         _namespace.update({"__name__": "solution", "__builtins__": builtins})
-        _run_source(req["setup"] + "\n", "setup.py")
-        _run_source(req["solution"], "solution.py")
+        exec(compile(req["setup"] + "\n", "setup.py", "exec"), _namespace)
+        exec(compile(req["solution"], "solution.py", "exec"), _namespace)
         return None
     if op == "get":
         name = req["name"]
         if name.startswith("__") or name not in _namespace:
             raise NameError(f"name {name!r} is not defined")
-        return encode(_namespace[name])
+        return _namespace[name]
     target = _handles[req["target"]]
     if op == "call":
-        args = [decode(a) for a in req["args"]]
-        kwargs = {k: decode(v) for k, v in req["kwargs"]}
-        return encode(target(*args, **kwargs))
+        return target(*[decode(a) for a in req["args"]], **{k: decode(v) for k, v in req["kwargs"]})
     if op == "getattr":
-        return encode(getattr(target, req["name"]))
+        return getattr(target, req["name"])
     if op == "len":
-        return encode(len(target))
+        return len(target)
     if op == "iter":
-        return encode(list(target))
+        return list(target)
     if op == "getitem":
-        return encode(target[decode(req["arg"])])
+        return target[decode(req["arg"])]
     if op == "contains":
-        return encode(decode(req["arg"]) in target)
+        return decode(req["arg"]) in target
     raise ValueError(f"unknown request {op!r}")
 
 
@@ -177,26 +180,28 @@ def _write_all(fd, data):
 
 def main():
     req_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
-    sys.path[:] = json.loads(sys.argv[3])
+    sys.path[:] = sys.argv[3].split(os.pathsep)
     sys.set_int_max_str_digits(0)
     sys.stdin = io.StringIO()
     while True:
         size = _read_exact(req_fd, 4)
-        body = size and _read_exact(req_fd, struct.unpack(">I", size)[0])
+        body = size and _read_exact(req_fd, int.from_bytes(size, "big"))
         if not body:
             os._exit(0)
-        req = json.loads(body)
+        req = marshal.loads(body)
         try:
-            reply = {"id": req["id"], "ok": answer(req)}
-            data = json.dumps(reply).encode()
+            out = ['{"id":' + str(req["id"]) + ',"ok":']
+            encode(answer(req), out)
+            out.append("}")
         except BaseException as e:  # includes SystemExit from the solution
-            data = json.dumps({"id": req["id"], "exc": describe(e)}).encode()
+            out = ['{"id":' + str(req["id"]) + ',"exc":' + describe(e) + "}"]
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except BaseException:
                 pass
-        _write_all(reply_fd, struct.pack(">I", len(data)) + data)
+        data = "".join(out).encode("ascii")
+        _write_all(reply_fd, len(data).to_bytes(4, "big") + data)
 
 
 if __name__ == "__main__":
