@@ -104,6 +104,8 @@ def train_run(
     preset: str, seed: int, init: str, run_dir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """RL from `init` with `preset` for the budget; returns the run's summary."""
+    import yaml
+
     from agentrl.train._cli import resolve_train_config
     from agentrl.train.metrics import read_metrics
     from agentrl.train.trainer import Trainer
@@ -121,12 +123,18 @@ def train_run(
         "checkpoint.save_optimizer=false",
         *args.set,
     ]
-    cfg = resolve_train_config(
-        config_file=RECIPE, overrides=overrides, preset=preset, flags={}, base_file=None
-    )
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
+    # The recipe's own `algo:` section would override the preset (a `-c` file beats
+    # `--preset`), so the comparison uses the recipe without it.
+    recipe = yaml.safe_load(RECIPE.read_text())
+    recipe.pop("algo", None)
+    recipe_file = run_dir / "recipe.yaml"
+    recipe_file.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    cfg = resolve_train_config(
+        config_file=recipe_file, overrides=overrides, preset=preset, flags={}, base_file=None
+    )
     from agentrl.config import dump_config
 
     (run_dir / "config.yaml").write_text(dump_config(cfg))

@@ -1,15 +1,22 @@
-"""HFEngine: transformers on CPU or GPU, batched sampling with a KV cache and left padding.
+"""HFEngine: transformers on CPU or GPU, continuous batching with a KV cache and left padding.
 
 Concurrent `generate` calls (one per episode task) put their requests on one queue; a worker
-thread gathers them into batches (up to `max_batch_size`, waiting at most `batch_window_s`
-for more), runs the model, and resolves each caller's futures on the caller's event loop.
-The event loop never blocks on the model.
+thread runs the model and resolves each caller's futures on the caller's event loop, so the
+event loop never blocks on the model.
 
-Each row has its own sampling settings, stop ids and random generator (seeded per request),
-and rows that finish leave the batch (their KV cache rows are dropped), so a long answer only
-costs its own row. The reported logprob of a sampled id is `log_softmax(raw logits)[id]`:
-the model's own distribution at temperature 1, before top-k/top-p (what the trainer computes
-teacher-forced). See `Completion.logp`.
+Batching is continuous: when the engine is idle, the first request starts a batch together
+with whatever arrives within `batch_window_s`; while a batch runs, requests that arrive are
+admitted between two decode steps (their prompts run as one prefill, and their KV cache rows
+join the running cache, padded on the left), and rows that finish leave at once (their cache
+rows are dropped). So an episode whose env answered a little later than the others starts
+at the next step instead of waiting for the whole batch, and a long answer only costs its
+own row. `update_weights` stops admitting, lets the running rows finish, then loads: each
+completion comes from one weight version.
+
+Each row has its own sampling settings, stop ids and random generator (seeded per request).
+The reported logprob of a sampled id is `log_softmax(raw logits)[id]`: the model's own
+distribution at temperature 1, before top-k/top-p (what the trainer computes teacher-forced).
+See `Completion.logp`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -182,15 +181,3 @@ def load_weights_in_place(model: nn.Module, model_dir: Path) -> None:
             f"weights in {model_dir} do not match the model: missing {untied[:5]}, "
             f"unexpected {result.unexpected_keys[:5]}"
         )
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module):
-    """Temporarily put `model` in eval mode (no dropout) and disable grad."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield model
-    finally:
-        model.train(was_training)

@@ -34,6 +34,7 @@ from agentrl.algos.losses import (
     value_loss,
 )
 from agentrl.config import TrainConfig
+from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.loop import RolloutResult, rollout
 from agentrl.train.backend import make_backend, resolve_device
 from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
@@ -271,7 +272,9 @@ class Trainer:
         base = self.cfg.seed * 7919 + (step - 1) * n
         return [(base + i) % self.cfg.eval.seed_offset for i in range(n)]
 
-    def sampling(self, step: int, *, temperature: float | None = None, seed_salt: int = 0):
+    def sampling(
+        self, step: int, *, temperature: float | None = None, seed_salt: int = 0
+    ) -> SamplingParams:
         """The engine's sampling params for `step`; the seed is derived from (run seed, step)
         and `SeededEngine` derives one per episode and turn from it."""
         sampling_cfg = self.cfg.rollout.sampling

@@ -113,3 +113,13 @@ def test_lora_backend_trains_adapters_and_exports_merged_weights(tmp_path) -> No
     load_checkpoint(latest_checkpoint(tmp_path), policy=restored)
     for k, v in restored.full_state_dict().items():
         assert torch.equal(v, after[k]), k
+
+
+def test_gradient_checkpointing_gives_the_same_gradients() -> None:
+    norms = []
+    for checkpointing in (False, True):
+        cfg = TrainConfig.model_validate({"trainer": {"gradient_checkpointing": checkpointing}})
+        torch.manual_seed(0)
+        backend = make_backend(cfg, load_model("tiny"), lr=1e-3, num_optimizer_steps=10)
+        norms.append(_train_once(backend))
+    assert norms[0] == pytest.approx(norms[1], rel=1e-5)

