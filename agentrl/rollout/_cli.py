@@ -115,6 +115,10 @@ def rollout_cmd(
         )
     finally:
         policy.close()
+        if env_executor == "ray":
+            from agentrl.rollout.loop import close_env_actors
+
+            close_env_actors()
     meta = {"model": model, "env": env, "engine": engine, "metrics": result.metrics}
     path = write_step(out, step, result.trajectories, meta, fmt=fmt)  # type: ignore[arg-type]
     table = Table(title=f"rollout: {env} with {model} ({engine})")

@@ -211,31 +211,80 @@ class _EnvActor:
 
 class _RayEnvs:
     """Envs live in a pool of Ray actors (any node with the resources asked for); an
-    episode stays on one actor. Ray starts in this process unless it is already running."""
+    episode stays on one actor. Ray starts in this process unless it is already running.
+
+    Pools outlive a rollout: the next rollout with the same env factory and pool settings
+    (a trainer's next step) reuses the running actors instead of starting new processes.
+    `close_env_actors()` ends them; a pool with a dead actor is replaced on its next use.
+    """
 
     def __init__(self, factory: EnvFactory, cfg: RolloutConfig):
         import ray
 
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
         actor = ray.remote(_EnvActor).options(
             num_cpus=cfg.env_actor_num_cpus,
             resources=dict(cfg.env_actor_resources) or None,
             max_concurrency=cfg.num_env_workers,
         )
         self.actors = [actor.remote(factory) for _ in range(cfg.num_env_actors)]
+        self.broken = False
+        """Set when an actor died; the pool is then replaced before the next rollout."""
+
+    @classmethod
+    def shared(cls, factory: EnvFactory, cfg: RolloutConfig) -> _RayEnvs:
+        """The running pool for `factory` and these settings, started if needed."""
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
+        key = (
+            ray.get_runtime_context().get_job_id(),
+            factory,
+            cfg.num_env_actors,
+            cfg.env_actor_num_cpus,
+            tuple(sorted(cfg.env_actor_resources.items())),
+            cfg.num_env_workers,
+        )
+        pool = _ray_env_pools.get(key)
+        if pool is None or pool.broken:
+            if pool is not None:
+                pool.kill()
+            pool = _ray_env_pools[key] = cls(factory, cfg)
+        return pool
 
     async def call(self, eid: int, method: str, arg: Any = None) -> Any:
-        ok, result = await self.actors[eid % len(self.actors)].call.remote(eid, method, arg)
+        import ray
+
+        try:
+            ok, result = await self.actors[eid % len(self.actors)].call.remote(eid, method, arg)
+        except ray.exceptions.RayActorError:
+            self.broken = True
+            raise
         if not ok:
             raise RuntimeError(result)
         return result
 
     def shutdown(self) -> None:
+        """End of one rollout: the actors keep running for the next one."""
+
+    def kill(self) -> None:
         import ray
 
         for actor in self.actors:
             ray.kill(actor)
+
+
+_ray_env_pools: dict[tuple[Any, ...], _RayEnvs] = {}
+
+
+def close_env_actors() -> None:
+    """Kill the Ray env actors that rollouts with `env_executor="ray"` left running."""
+    while _ray_env_pools:
+        _, pool = _ray_env_pools.popitem()
+        try:
+            pool.kill()
+        except Exception as e:  # Ray already shut down: the actors are gone with it
+            log.debug("closing env actors: %s", e)
 
 
 _Envs = _ThreadEnvs | _ProcessEnvs | _RayEnvs
@@ -452,7 +501,7 @@ async def arollout(
     elif cfg.env_executor == "process":
         envs = _ProcessEnvs(env_factory, num_workers)
     else:
-        envs = _RayEnvs(env_factory, cfg)
+        envs = _RayEnvs.shared(env_factory, cfg)
     ctx = _Context(engine, envs, bridge, cfg, sampling, env_name)
     limit = asyncio.Semaphore(cfg.max_concurrent_episodes or len(seeds) * group_size or 1)
 

@@ -128,22 +128,11 @@ class VLLMEngine:
         """Complete every request; all are in flight in vLLM at once."""
         if self._closed:
             raise RuntimeError("VLLMEngine is closed")
-        if asyncio.get_running_loop() is self._loop:  # called from `run`: no thread hops
-            return list(await asyncio.gather(*(self._one(r) for r in requests)))
         futures = [
             asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._one(r), self._loop))
             for r in requests
         ]
         return list(await asyncio.gather(*futures))
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` to completion on the engine's own event loop (blocking this thread).
-
-        A rollout run this way calls `generate` on the loop vLLM lives on, so requests and
-        outputs skip two thread hand-overs each (and the GIL hand-offs that come with them)."""
-        if self._closed:
-            raise RuntimeError("VLLMEngine is closed")
-        return self._call(coro)
 
     def update_weights(
         self, state_dict: Mapping[str, torch.Tensor], version: int, timeout: float | None = 300

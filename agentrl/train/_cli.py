@@ -56,6 +56,21 @@ def _default_run_dir(cfg: Any) -> Path:
     return Path("runs") / f"{env}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _join_ranks(cfg: Any) -> int | None:
+    """Under torchrun (`WORLD_SIZE` > 1): join the process group and return this rank; else
+    None. Multi-rank training needs a sharding backend; `local` is one process."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    if cfg.trainer.backend == "local":
+        _fail("torchrun with --backend local: use --backend fsdp2 or deepspeed for several ranks")
+    from agentrl.train._dist import init_process_group, pick_device
+
+    rank, _ = init_process_group(pick_device(cfg.trainer.device))
+    return rank
+
+
 def train(
     env: Annotated[str | None, typer.Option("--env", help="Env name or module.path:Class.")] = None,
     model: Annotated[
@@ -132,11 +147,17 @@ def train(
     if print_config:
         typer.echo(dump_config(cfg), nl=False)
         return
+    rank = _join_ranks(cfg)
     run_dir = run_dir or _default_run_dir(cfg)
+    if rank is not None:  # torchrun: every rank uses rank 0's run directory
+        from agentrl.train._ranks import broadcast_object
+
+        run_dir = broadcast_object(run_dir)
     if resume is None and (run_dir / "checkpoints").is_dir():
         _fail(f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    if not rank:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
     from agentrl.train.run import run_training
 
     try:

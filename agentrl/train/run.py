@@ -40,6 +40,13 @@ def run_training(
         )
     trainer = Trainer(cfg, run_dir, resume=resume, engine=engine)
     total = cfg.trainer.num_steps
+    if trainer.rank != 0:  # a follower rank: same steps, no progress bar or log lines
+        try:
+            while trainer.state.step < total:
+                trainer.train_step()
+        finally:
+            trainer.close()
+        return
     if trainer.resumed_from is not None:
         log.info("resumed from %s (step %d)", trainer.resumed_from, trainer.state.step)
     log.info("run dir %s: %d steps of %s on %s", run_dir, total, cfg.model.name, cfg.env.name)

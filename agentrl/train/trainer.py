@@ -36,6 +36,13 @@ from agentrl.algos.losses import (
 from agentrl.config import TrainConfig
 from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.loop import RolloutResult, rollout
+from agentrl.train._ranks import (
+    barrier,
+    broadcast_object,
+    gather_objects,
+    max_over_ranks,
+    shard_rows,
+)
 from agentrl.train.backend import make_backend, resolve_device
 from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
 from agentrl.train.checkpoint import (
@@ -121,6 +128,11 @@ class Trainer:
     Build it with a resolved `TrainConfig` and a run directory; `train()` runs the remaining
     steps, `train_step()` runs one. With `resume=True` the latest checkpoint in `run_dir` is
     restored (weights, optimizer, scheduler, RNG, step, env seed cursor).
+
+    Under a multi-rank backend (`fsdp2`, `deepspeed`, launched by torchrun) every rank builds
+    a `Trainer` and calls `train_step` in step: rank 0 alone holds the engine, rolls out and
+    broadcasts the trajectories; each rank scores and trains its share of the rows, padded to
+    the same number of micro-batches; only rank 0 writes metrics and trajectories.
     """
 
     def __init__(
@@ -170,6 +182,9 @@ class Trainer:
             if critic_model is not None
             else None
         )
+        self.rank = self.policy.rank
+        """This process's rank; rank 0 owns the engine and writes the run directory."""
+        self.world_size = self.policy.world_size
         self.reference = None
         if algo.use_reference:
             self.reference = load_model(str(self.model_path), dtype=cfg.model.dtype, device=device)
@@ -193,20 +208,25 @@ class Trainer:
                 checkpoint, policy=self.policy, critic=self.critic, generator=self.generator
             )
             self.resumed_from = checkpoint
-        self.engine = SeededEngine(
-            engine if engine is not None else build_engine(cfg, self.model_path)
-        )
+        self.engine: SeededEngine | None = None
+        """The rollout engine; rank 0 only (the other ranks receive its trajectories)."""
+        if self.rank == 0:
+            self.engine = SeededEngine(
+                engine if engine is not None else build_engine(cfg, self.model_path)
+            )
         self._synced_step = self.state.step
         if resume:
             self.sync_weights(force=True)
-        self.logger = MetricsLogger(
-            self.run_dir,
-            cfg.logging,
-            run_name=self.run_dir.name,
-            config=cfg.model_dump(mode="json"),
-        )
-        if resume:
-            self.logger.truncate_after(self.state.step)
+        self.logger: MetricsLogger | None = None
+        if self.rank == 0:
+            self.logger = MetricsLogger(
+                self.run_dir,
+                cfg.logging,
+                run_name=self.run_dir.name,
+                config=cfg.model_dump(mode="json"),
+            )
+            if resume:
+                self.logger.truncate_after(self.state.step)
         self.collapse = CollapseDetector(cfg.logging.collapse)
         self.collapse.load_state(self.state.collapse_history)
         self._last_checkpoint_s: float | None = None
@@ -220,7 +240,7 @@ class Trainer:
         timer = StageTimer()
         step = self.state.step + 1
         with timer("rollout"):
-            result = self.next_rollout(step)
+            result = broadcast_object(self.next_rollout(step))  # rank 0's rollout, everywhere
         trajs = result.trajectories
         self.save_trajectories(step, trajs)
         metrics = trajectory_stats(trajs) | result.metrics
@@ -249,7 +269,7 @@ class Trainer:
                 self.sync_weights()
         metrics |= self._throughput(timer, trajs, num_train_tokens)
         metrics |= self._collapse_check(step, metrics)
-        if self.cfg.eval.every and step % self.cfg.eval.every == 0:
+        if self.cfg.eval.every and step % self.cfg.eval.every == 0 and self.engine is not None:
             with timer("eval"):
                 metrics |= self.evaluate()
         metrics |= {f"time/{k}": v for k, v in timer.seconds.items()}
@@ -257,7 +277,8 @@ class Trainer:
         if self._last_checkpoint_s is not None:
             metrics["time/last_checkpoint"], self._last_checkpoint_s = self._last_checkpoint_s, None
         metrics["weight_version"] = float(self.state.weight_version)
-        self.logger.log(step, metrics)  # before the checkpoint: a resume keeps this line
+        if self.logger is not None:  # before the checkpoint: a resume keeps this line
+            self.logger.log(step, metrics)
         every = self.cfg.checkpoint.every
         if (every and step % every == 0) or step == self.cfg.trainer.num_steps:
             start = time.perf_counter()
@@ -284,8 +305,11 @@ class Trainer:
         params = sampling_cfg.to_params()
         return replace(params, seed=(base * 1_000_003 + step * 7_919 + seed_salt) % 2**31)
 
-    def rollout(self, step: int) -> RolloutResult:
-        """Roll out `num_groups` seeds x `group_size` episodes with the engine's weights."""
+    def rollout(self, step: int) -> RolloutResult | None:
+        """Roll out `num_groups` seeds x `group_size` episodes with the engine's weights
+        (None on ranks without an engine: they receive rank 0's rollout)."""
+        if self.engine is None:
+            return None
         return rollout(
             self.engine,
             self.env_factory,
@@ -297,7 +321,7 @@ class Trainer:
             env_name=self.cfg.env.name,
         )
 
-    def next_rollout(self, step: int) -> RolloutResult:
+    def next_rollout(self, step: int) -> RolloutResult | None:
         """This step's trajectories. Synchronous mode rolls out now. Async mode takes the
         rollout prefetched during the previous update (weights one version old), then syncs
         the newest weights and starts prefetching the next step's rollout."""
@@ -357,7 +381,7 @@ class Trainer:
         device = self.policy.device
         old_logp, ref_logp, old_values = [], [], []
         batch.row_index = torch.arange(batch.num_rows)
-        parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)
+        parts = micro_batches(self._local_rows(batch), self.cfg.trainer.micro_batch_tokens)
         for part in parts:
             part_dev = _to(part, device)
             if not self.single_update:
@@ -381,11 +405,33 @@ class Trainer:
                     self.critic.model, part_dev.input_ids, part_dev.attention_mask
                 )
                 old_values.append(values.cpu())
+        for _ in range(max_over_ranks(len(parts)) - len(parts)):  # same collectives everywhere
+            idle = _to(batch.rows([0]), device)
+            if not self.single_update:
+                self.policy.model(input_ids=idle.input_ids, attention_mask=idle.attention_mask)
+            if self.critic is not None:
+                token_values(self.critic.model, idle.input_ids, idle.attention_mask)
         # micro_batches reorders rows; scatter the results back into batch order.
-        batch.old_logp = _scatter_rows(batch, parts, old_logp) if old_logp else None
-        batch.ref_logp = _scatter_rows(batch, parts, ref_logp) if ref_logp else None
-        batch.old_values = _scatter_rows(batch, parts, old_values) if old_values else None
+        gather = functools.partial(self._gather_rows, batch, parts)
+        batch.old_logp = None if self.single_update else gather(old_logp)
+        batch.ref_logp = gather(ref_logp) if self.reference is not None else None
+        batch.old_values = gather(old_values) if self.critic is not None else None
         return {}
+
+    def _local_rows(self, batch: TrainBatch) -> TrainBatch:
+        """This rank's share of `batch` (all of it on one process)."""
+        if self.world_size == 1:
+            return batch
+        return batch.rows(shard_rows(batch.num_rows, self.rank, self.world_size))
+
+    def _gather_rows(
+        self, batch: TrainBatch, parts: list[TrainBatch], values: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """Per-micro-batch results of every rank, back at their rows of `batch` (`[B, T]`)."""
+        out = _scatter_rows(batch, parts, values)
+        if self.world_size > 1:  # each row was scored by one rank; the others hold zeros
+            out = self.policy.all_reduce_sum(out)
+        return out
 
     def advantages(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Advantages `[B, T]` (0 off the trained tokens) and critic targets (or None)."""
@@ -411,21 +457,25 @@ class Trainer:
         grad_norms, critic_grad_norms = [], []
         for _epoch in range(a.ppo_epochs):
             for mini in mini_batches(batch, a.num_mini_batches, generator=self.generator):
-                num_tokens, num_seqs = count_tokens_and_seqs(mini.loss_mask)
+                local = self._local_rows(mini)
+                num_tokens, num_seqs = count_tokens_and_seqs(local.loss_mask)
                 totals = self.policy.all_reduce_sum(
                     torch.tensor([num_tokens, num_seqs], dtype=torch.float64)
                 )
                 norm = {"global_num_tokens": float(totals[0]), "global_num_seqs": float(totals[1])}
-                for micro in micro_batches(mini, self.cfg.trainer.micro_batch_tokens):
+                micros = micro_batches(local, self.cfg.trainer.micro_batch_tokens)
+                for micro in micros:
                     micro = _to(micro, device)
                     stats = self._policy_backward(micro, norm)
                     if self.critic is not None:
                         stats |= self._critic_backward(micro, norm)
                     records.append((float(micro.loss_mask.sum()), stats))
+                for _ in range(max_over_ranks(len(micros)) - len(micros)):
+                    self._idle_backward(_to(mini.rows([0]), device))
                 grad_norms.append(self.policy.step())
                 if self.critic is not None:
                     critic_grad_norms.append(self.critic.step())
-        mean = _weighted_mean(records)
+        mean = _weighted_mean([r for rank_records in gather_objects(records) for r in rank_records])
         mean.pop("num_tokens", None)
         metrics = {f"actor/{k}": v for k, v in mean.items() if not k.startswith("critic/")}
         metrics |= {k: v for k, v in mean.items() if k.startswith("critic/")}
@@ -488,6 +538,15 @@ class Trainer:
         self.policy.backward(loss)
         return stats
 
+    def _idle_backward(self, micro: TrainBatch) -> None:
+        """A zero-loss forward/backward: keeps a rank with fewer micro-batches than the others
+        in step with their collectives (FSDP2 gathers in forward and reduces in backward)."""
+        logits = self.policy.model(input_ids=micro.input_ids, attention_mask=micro.attention_mask)
+        self.policy.backward(logits.logits.float().sum() * 0.0)
+        if self.critic is not None:
+            values = token_values(self.critic.model, micro.input_ids, micro.attention_mask)
+            self.critic.backward(values.sum() * 0.0)
+
     def _critic_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
         """Clipped value loss of one micro-batch; backward into the critic."""
         a = self.cfg.algo
@@ -512,7 +571,11 @@ class Trainer:
         if not force and self._synced_step == self.state.step:
             return
         version = self.state.weight_version + (0 if force else 1)
-        weights = self.policy.full_state_dict()
+        weights = self.policy.full_state_dict()  # collective; the full dict on rank 0 only
+        if self.engine is None:
+            self.state = replace(self.state, weight_version=version)
+            self._synced_step = self.state.step
+            return
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             future = pool.submit(self.engine.update_weights, weights, version)
             try:
@@ -545,7 +608,7 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Write a checkpoint of the current state (atomic, keeps the last k)."""
         self.state = replace(self.state, collapse_history=self.collapse.state())
-        return save_checkpoint(
+        path = save_checkpoint(
             self.run_dir,
             self.state,
             policy=self.policy,
@@ -556,15 +619,21 @@ class Trainer:
             save_optimizer=self.cfg.checkpoint.save_optimizer,
             rank=self.policy.rank,
         )
+        barrier()  # rank 0 renamed the folder: no rank runs ahead of a finished checkpoint
+        return path
 
     def save_trajectories(self, step: int, trajs: list[Trajectory]) -> None:
         """Write the first `logging.save_trajectories` trajectories of the step."""
         count = self.cfg.logging.save_trajectories
         if not count or self.policy.rank != 0:
             return
-        from agentrl.train._trajectory_io import write_step
+        from agentrl.trajectory.io import write_step
 
-        write_step(self.run_dir / "trajectories", step, trajs[:count], tokenizer=self.tokenizer)
+        model = self.cfg.model.name  # an alias or HF id; a local folder as an absolute path
+        if Path(model).exists():
+            model = str(Path(model).resolve())
+        metadata = {"model": model, "env": self.cfg.env.name, "run": str(self.run_dir)}
+        write_step(self.run_dir, step, trajs[:count], metadata)
 
     def _throughput(
         self, timer: StageTimer, trajs: list[Trajectory], train_tokens: int
@@ -595,8 +664,10 @@ class Trainer:
     def close(self) -> None:
         """Stop the prefetcher, close the engine and the metric writers."""
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
-        self.logger.close()
-        self.engine.close()
+        if self.logger is not None:
+            self.logger.close()
+        if self.engine is not None:
+            self.engine.close()
 
 
 def _seed_everything(seed: int) -> None:

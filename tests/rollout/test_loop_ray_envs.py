@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
+from agentrl.rollout import loop
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.engine import SamplingParams
-from agentrl.rollout.loop import rollout
+from agentrl.rollout.loop import close_env_actors, rollout
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
 from agentrl.trajectory.types import Status
@@ -43,6 +44,7 @@ def ray_local():
         log_to_driver=False,
     )
     yield ray
+    close_env_actors()
     ray.shutdown()
 
 
@@ -96,3 +98,23 @@ def test_an_env_that_raises_in_an_actor_ends_only_its_episode(ray_local) -> None
             assert traj.num_turns == 2  # the turn before the failure is kept
         else:
             assert traj.status == Status.OK and traj.num_turns == 1
+
+
+def _pids(result) -> set[int]:  # type: ignore[no-untyped-def]
+    return {turn.info["pid"] for traj in result.trajectories for turn in traj.turns}
+
+
+def test_the_actor_pool_outlives_a_rollout(ray_local) -> None:
+    """A trainer's next step reuses the running env actors; a dead actor is replaced."""
+    factory = functools.partial(PidEnv, min_steps=1, max_steps=3)
+    first = _pids(_rollout("ray", factory, seeds=range(4)))
+    assert _pids(_rollout("ray", factory, seeds=range(4, 8))) == first
+    (pool,) = [p for key, p in loop._ray_env_pools.items() if key[1] is factory]
+    ray.kill(pool.actors[0])
+    hit = _rollout("ray", factory, seeds=range(4))  # episodes 0 and 2 were on the dead actor
+    statuses = [t.status for t in hit.trajectories]
+    assert statuses == [Status.ENV_ERROR, Status.OK, Status.ENV_ERROR, Status.OK]
+    fresh = _pids(_rollout("ray", factory, seeds=range(4)))
+    assert len(fresh) == 2 and fresh != first
+    close_env_actors()
+    assert not loop._ray_env_pools

@@ -63,8 +63,22 @@ def test_train_writes_the_run_directory(trained_run) -> None:
     assert cfg["env"]["name"] == "sokoban" and cfg["model"]["name"] == "tiny"
     assert cfg["algo"]["estimator"] == "grpo"  # the default preset
     assert list((trained_run / "tensorboard").glob("events.out.tfevents.*"))
-    assert (trained_run / "trajectories" / "step-000002.jsonl").is_file()
+    assert (trained_run / "trajectories" / "step_000002.jsonl").is_file()  # the rollout's name
     assert (trained_run / "checkpoints" / "step-000002" / "policy" / "model").is_dir()
+
+
+def test_view_reads_the_trainers_trajectories(trained_run) -> None:
+    """One trajectory format: `agentrl view` decodes what `agentrl train` wrote."""
+    from agentrl.trajectory.io import read_trajectories
+
+    path = trained_run / "trajectories" / "step_000001.jsonl"
+    data = read_trajectories(path)
+    assert data.metadata["model"] == "tiny" and data.metadata["step"] == 1
+    assert data.trajectories and data.trajectories[0].env_name == "sokoban"
+    html = trained_run / "episode.html"
+    result = runner.invoke(app, ["view", str(path), "--episode", "0", "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    assert "<span" in html.read_text()
 
 
 def test_export_loads_in_transformers(trained_run, tmp_path) -> None:

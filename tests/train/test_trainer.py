@@ -13,6 +13,7 @@ from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import register
 from agentrl.train.trainer import Trainer
+from agentrl.trajectory.io import read_trajectories, step_path
 
 register("vowel-count", VowelCount)
 
@@ -66,7 +67,7 @@ def test_one_step_updates_weights_and_logs_finite_metrics(tmp_path, preset) -> N
         assert "actor/ref_kl" in metrics  # grpo preset has kl_coef > 0: a reference model
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert record["step"] == 1 and record["reward/mean"] == metrics["reward/mean"]
-    assert (tmp_path / "trajectories" / "step-000001.jsonl").is_file()
+    assert step_path(tmp_path, 1).is_file()
 
 
 def test_async_rollout_is_one_version_stale(tmp_path) -> None:
@@ -78,11 +79,8 @@ def test_async_rollout_is_one_version_stale(tmp_path) -> None:
     finally:
         trainer.close()
     _finite(second)
-    versions = [
-        turn["weight_version"]
-        for line in (tmp_path / "trajectories" / "step-000002.jsonl").read_text().splitlines()
-        for turn in json.loads(line)["turns"]
-    ]
+    saved = read_trajectories(step_path(tmp_path, 2)).trajectories
+    versions = [turn.weight_version for traj in saved for turn in traj.turns]
     # Step 2's rollout was prefetched during step 1's update, with the initial weights.
     assert set(versions) == {0}
     assert first["weight_version"] == 0 and second["weight_version"] == 1
