@@ -382,6 +382,7 @@ class Trainer:
         old_logp, ref_logp, old_values = [], [], []
         batch.row_index = torch.arange(batch.num_rows)
         parts = micro_batches(self._local_rows(batch), self.cfg.trainer.micro_batch_tokens)
+        num_idle = max_over_ranks(len(parts)) - len(parts)  # agreed before any forward
         for part in parts:
             part_dev = _to(part, device)
             if not self.single_update:
@@ -405,7 +406,7 @@ class Trainer:
                     self.critic.model, part_dev.input_ids, part_dev.attention_mask
                 )
                 old_values.append(values.cpu())
-        for _ in range(max_over_ranks(len(parts)) - len(parts)):  # same collectives everywhere
+        for _ in range(num_idle):  # the same collectives on every rank
             idle = _to(batch.rows([0]), device)
             if not self.single_update:
                 self.policy.model(input_ids=idle.input_ids, attention_mask=idle.attention_mask)
@@ -464,13 +465,14 @@ class Trainer:
                 )
                 norm = {"global_num_tokens": float(totals[0]), "global_num_seqs": float(totals[1])}
                 micros = micro_batches(local, self.cfg.trainer.micro_batch_tokens)
+                num_idle = max_over_ranks(len(micros)) - len(micros)  # agreed before any forward
                 for micro in micros:
                     micro = _to(micro, device)
                     stats = self._policy_backward(micro, norm)
                     if self.critic is not None:
                         stats |= self._critic_backward(micro, norm)
                     records.append((float(micro.loss_mask.sum()), stats))
-                for _ in range(max_over_ranks(len(micros)) - len(micros)):
+                for _ in range(num_idle):
                     self._idle_backward(_to(mini.rows([0]), device))
                 grad_norms.append(self.policy.step())
                 if self.critic is not None:
