@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrl.algos.config import AlgoConfig
 from agentrl.rollout.config import EngineConfig, RolloutConfig
@@ -37,7 +37,27 @@ class EnvConfig(_Section):
     name: str = "sokoban"
     """Registered env name, or `module.path:Class`."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Keyword arguments passed to the env constructor (override its registered defaults)."""
+    """Keyword arguments passed to the env constructor (override its registered defaults).
+
+    Any other key under `env` is one of these too: `--set env.generator=arithmetic` is
+    `--set env.kwargs.generator=arithmetic`. A keyword the env does not take fails when the
+    env is built (`agentrl train` builds one before loading the model), naming it and the env.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_env_kwargs(cls, data: Any) -> Any:
+        """Move keys other than `name` and `kwargs` into `kwargs` (they beat `kwargs` there)."""
+        if not isinstance(data, dict):
+            return data
+        extra = {k: v for k, v in data.items() if k not in cls.model_fields}
+        if not extra:
+            return data
+        kwargs = data.get("kwargs") or {}
+        if not isinstance(kwargs, dict):
+            return data  # let validation report the bad `kwargs`
+        rest = {k: v for k, v in data.items() if k in cls.model_fields}
+        return {**rest, "kwargs": {**kwargs, **extra}}
 
 
 class ModelConfig(_Section):

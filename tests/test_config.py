@@ -79,3 +79,22 @@ def test_dump_round_trips(tmp_path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(dump_config(cfg))
     assert load_config(path) == cfg
+
+
+def test_env_keys_other_than_its_fields_are_env_kwargs() -> None:
+    cfg = load_config(overrides=["env.name=math", "env.generator=arithmetic", "env.kwargs.level=2"])
+    assert cfg.env.name == "math"
+    assert cfg.env.kwargs == {"generator": "arithmetic", "level": 2}
+    again = load_config(overrides=["env.kwargs.generator=a", "env.generator=b"])
+    assert again.env.kwargs == {"generator": "b"}  # the short spelling wins
+
+
+def test_algo_config_literals_match_the_losses() -> None:
+    """The config keeps its own copies of the loss Literals (no torch import); same values."""
+    from typing import get_args
+
+    from agentrl.algos import config as algo_config
+    from agentrl.algos import losses
+
+    assert get_args(algo_config.LossAgg) == get_args(losses.LossAgg)
+    assert get_args(algo_config.KLKind) == get_args(losses.KLKind)

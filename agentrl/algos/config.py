@@ -9,7 +9,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentrl.algos.losses import KLKind, LossAgg
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+"""How token losses become one number (as `agentrl.algos.losses.LossAgg`; kept here so the
+config does not import torch)."""
+KLKind = Literal["k1", "k2", "k3"]
+"""KL estimator (as `agentrl.algos.losses.KLKind`)."""
 
 Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae"]
 

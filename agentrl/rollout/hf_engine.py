@@ -13,7 +13,10 @@ at the next step instead of waiting for the whole batch, and a long answer only 
 own row. `update_weights` stops admitting, lets the running rows finish, then loads: each
 completion comes from one weight version.
 
-Each row has its own sampling settings, stop ids and random generator (seeded per request).
+Each row has its own sampling settings, stop ids and random stream (seeded per request);
+sampling is one batched pass per step (`sample_rows`): batched top-k/top-p masks, then one
+uniform draw per row from its stream and an inverse-CDF lookup, so a row's ids depend only
+on its seed, never on which other rows share its batch.
 The reported logprob of a sampled id is `log_softmax(raw logits)[id]`: the model's own
 distribution at temperature 1, before top-k/top-p (what the trainer computes teacher-forced).
 See `Completion.logp`.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import random
 import secrets
 import threading
 import time
@@ -73,6 +77,86 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         mass_before = torch.cumsum(probs, dim=-1) - probs
         drop = mass_before >= params.top_p  # keeps the smallest prefix holding top_p mass
         x = x.masked_fill(drop.scatter(0, order, drop), float("-inf"))
+    return x
+
+
+@dataclass(frozen=True)
+class RowSampler:
+    """One row's sampling settings and its own random stream (seeded per request).
+
+    Each sampled id costs exactly one uniform draw from `rng` (none at temperature 0), so a
+    request's ids depend only on its seed and its logits, never on the other rows.
+    """
+
+    temperature: float
+    """0 is greedy."""
+    top_k: int
+    """Keep the k highest logits (0 or >= vocab: all)."""
+    top_p: float
+    """Keep the smallest set of ids holding this much probability (1: all)."""
+    rng: random.Random
+    """The row's uniform stream."""
+
+    @classmethod
+    def from_params(cls, params: SamplingParams, seed: int) -> RowSampler:
+        """The sampler for `params`, its stream seeded with `seed`."""
+        return cls(params.temperature, params.top_k, params.top_p, random.Random(seed))
+
+
+def sample_rows(
+    logits: torch.Tensor, samplers: Sequence[RowSampler]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one id per row of `logits` [B, V] (float) in one batched pass.
+
+    Temperature, top-k and top-p (the same rules as `filter_logits`) are applied as batched
+    masks; each row draws one uniform u from its own stream and takes the id where the
+    cumulative probability first exceeds u (inverse CDF), so ids with zero probability are
+    never picked. Returns the ids [B] (long) and their logprobs [B] under the raw
+    temperature-1 distribution `log_softmax(logits)` (what a teacher-forced pass computes).
+    """
+    n, vocab = logits.shape
+    logp = torch.log_softmax(logits, dim=-1)
+    greedy = [s.temperature == 0 for s in samplers]
+    ids = logits.argmax(-1)
+    if not all(greedy):
+        temps = [s.temperature if s.temperature > 0 else 1.0 for s in samplers]
+        x = logits / torch.tensor(temps, dtype=logits.dtype, device=logits.device).unsqueeze(1)
+        top_k = [s.top_k if 0 < s.top_k < vocab else 0 for s in samplers]
+        top_p = [s.top_p if s.top_p < 1.0 else float("inf") for s in samplers]
+        order = None
+        if any(top_k) or any(p != float("inf") for p in top_p):
+            x, order = torch.sort(x, dim=-1, descending=True)
+            x = _mask_sorted(x, top_k, top_p)
+        cdf = torch.cumsum(torch.softmax(x, dim=-1), dim=-1)
+        total = cdf[:, -1:].contiguous()
+        u = [0.0 if g else s.rng.random() for s, g in zip(samplers, greedy, strict=True)]
+        target = torch.tensor(u, dtype=cdf.dtype, device=cdf.device).unsqueeze(1) * total
+        pick = torch.searchsorted(cdf, target, right=True)
+        # u * total can round up to total: stay on the last id that holds probability
+        pick = torch.minimum(pick, torch.searchsorted(cdf, total))
+        if order is not None:
+            pick = order.gather(1, pick)
+        if any(greedy):
+            keep = torch.tensor(greedy, device=logits.device)
+            ids = torch.where(keep, ids, pick.squeeze(1))
+        else:
+            ids = pick.squeeze(1)
+    return ids, logp.gather(1, ids.unsqueeze(1)).squeeze(1)
+
+
+def _mask_sorted(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    """Top-k then top-p masks on logits sorted in descending order per row [B, V]
+    (`top_k` 0 and `top_p` inf leave a row unmasked)."""
+    k = torch.tensor(top_k, device=x.device)
+    if any(top_k):
+        kth = x.gather(1, (k - 1).clamp(min=0).unsqueeze(1))
+        kth = kth.masked_fill((k == 0).unsqueeze(1), float("-inf"))
+        x = x.masked_fill(x < kth, float("-inf"))
+    if any(p != float("inf") for p in top_p):
+        probs = torch.softmax(x, dim=-1)
+        mass_before = torch.cumsum(probs, dim=-1) - probs
+        limit = torch.tensor(top_p, dtype=x.dtype, device=x.device).unsqueeze(1)
+        x = x.masked_fill(mass_before >= limit, float("-inf"))  # smallest prefix with top_p
     return x
 
 
@@ -277,9 +361,8 @@ class HFEngine:
         stop_ids = (
             set() if params.ignore_eos else set(params.stop_token_ids or self.default_stop_ids)
         )
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
-        return _Row(job, budget, stop_ids, generator)
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        return _Row(job, budget, stop_ids, RowSampler.from_params(params, seed))
 
     def _prefill(self, rows: list[_Row]) -> _Batch:
         """Run the prompts of `rows` (left-padded) and sample each row's first id."""
@@ -318,23 +401,15 @@ class HFEngine:
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]  # [B, V]
-        logits = logits.float()
         self.stats["forward_calls"] += 1
-        logp = torch.log_softmax(logits, dim=-1)  # raw distribution, temperature 1
-        tokens = []
-        for i, row in enumerate(batch.rows):
-            params = row.job.request.params
-            if params.temperature == 0:
-                token = int(torch.argmax(logits[i]))
-            else:
-                probs = torch.softmax(filter_logits(logits[i], params), dim=-1)
-                token = int(torch.multinomial(probs, 1, generator=row.generator))
-            tokens.append(token)
+        ids, logps = sample_rows(logits.float(), [r.sampler for r in batch.rows])
+        tokens = ids.tolist()
+        for row, token, lp in zip(batch.rows, tokens, logps.tolist(), strict=True):
             row.out_ids.append(token)
-            row.out_logp.append(float(logp[i, token]))
+            row.out_logp.append(lp)
             if token in row.stop_ids:
                 row.reason = "stop"
-        batch.input_ids = torch.tensor(tokens, device=self.device).unsqueeze(1)  # [B, 1]
+        batch.input_ids = ids.unsqueeze(1)  # [B, 1]
         self.stats["sampled_tokens"] += len(tokens)
 
     def _retire(self, batch: _Batch) -> _Batch | None:
@@ -363,7 +438,7 @@ class _Row:
     job: _Job
     budget: int = 0
     stop_ids: set[int] = field(default_factory=set)
-    generator: torch.Generator | None = None
+    sampler: RowSampler = field(default_factory=lambda: RowSampler(1.0, 0, 1.0, random.Random()))
     out_ids: list[int] = field(default_factory=list)
     out_logp: list[float] = field(default_factory=list)
     reason: str = "length"

@@ -162,6 +162,8 @@ def train(
 
     try:
         run_training(cfg, run_dir, resume=resume is not None)
+    except ConfigError as e:  # e.g. an env keyword the env does not take
+        _fail(str(e))
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted; resume with: agentrl train --resume {run_dir}", err=True)
         raise typer.Exit(130) from None

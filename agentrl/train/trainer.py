@@ -148,6 +148,8 @@ class Trainer:
 
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
+        _check_env(cfg.env.name, cfg.env.kwargs)  # a bad kwarg fails now, before model work
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
         _seed_everything(cfg.seed)
@@ -195,7 +197,6 @@ class Trainer:
         """The trainer scores tokens at the sampling temperature (on-policy ratios). Engines
         report raw (temperature 1) logprobs, so the sampler correction (TIS) and the
         `actor/sampler_logp_diff` metric apply only when sampling at temperature 1."""
-        self.env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
         self.state = TrainerState()
         self.resumed_from: Path | None = None
         if resume:
@@ -670,6 +671,24 @@ class Trainer:
             self.logger.close()
         if self.engine is not None:
             self.engine.close()
+
+
+def _check_env(name: str, kwargs: dict[str, Any]) -> None:
+    """Build and close one env: an unknown name or keyword fails here with a clear message.
+
+    It also loads the env registry in this thread, before the rollout's threads use it.
+    """
+    from agentrl.config import ConfigError
+    from agentrl.envs import make
+
+    try:
+        make(name, **kwargs).close()
+    except (TypeError, ValueError, LookupError) as e:  # pydantic errors are ValueErrors
+        given = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "none"
+        raise ConfigError(
+            f"env {name!r} could not be built with keyword arguments {given} (set by "
+            f"env.<key> or env.kwargs.<key>): {type(e).__name__}: {e}"
+        ) from e
 
 
 def _seed_everything(seed: int) -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 from agentrl.envs.base import Observation
@@ -108,6 +109,16 @@ def _first_messages(
     return head + to_messages(observation)
 
 
+_PROMPT_CACHE_SIZE = 1024
+"""First prompts kept by `ChatBridge.prompt_ids` (oldest dropped first)."""
+
+
+def _observation_key(observation: Observation) -> str:
+    if isinstance(observation, str):
+        return observation
+    return json.dumps([[m["role"], m["content"]] for m in observation])
+
+
 def _tools_key(tools: Tools | None) -> str:
     return json.dumps([dict(t) for t in tools], sort_keys=True) if tools else ""
 
@@ -122,6 +133,7 @@ class ChatBridge:
                 "template; set tokenizer.chat_template or use a chat (instruct) model"
             )
         self.tokenizer = tokenizer
+        self._prompt_cache: dict[tuple[str, str, str], list[int]] = {}
         self.end_of_turn_ids: list[int] = self._end_of_turn_ids()
         """Ids the template writes right after an assistant message (e.g. `<|im_end|>\\n`)."""
         eos = tokenizer.eos_token_id
@@ -183,8 +195,18 @@ class ChatBridge:
     def prompt_ids(
         self, system_prompt: str, observation: Observation, tools: Tools | None = None
     ) -> list[int]:
-        """The first prompt: system prompt (+ tools) + first observation + generation prompt."""
-        return self.render_ids(self.first_messages(system_prompt, observation, tools), tools)
+        """The first prompt: system prompt (+ tools) + first observation + generation prompt.
+
+        Cached per (system prompt, observation, tools): the episodes of a group share their
+        first prompt, which is then rendered and tokenized once."""
+        key = (system_prompt, _observation_key(observation), _tools_key(tools))
+        ids = self._prompt_cache.get(key)
+        if ids is None:
+            ids = self.render_ids(self.first_messages(system_prompt, observation, tools), tools)
+            if len(self._prompt_cache) >= _PROMPT_CACHE_SIZE:
+                self._prompt_cache.pop(next(iter(self._prompt_cache)))  # the oldest entry
+            self._prompt_cache[key] = ids
+        return list(ids)
 
     def render_ids(
         self, messages: Sequence[dict[str, str]], tools: Tools | None = None
@@ -200,12 +222,31 @@ class ChatBridge:
         if cut < 0:
             raise TemplateError("the chat template does not render assistant message content")
         cut += len(PLACEHOLDER)
+        return self._ids_after(text, cut)
+
+    def _ids_after(self, text: str, cut: int) -> list[int]:
+        """The ids of `text[cut:]` as they are in the tokenization of the whole `text`.
+
+        A fast tokenizer encodes `text` once and its character offsets show whether a token
+        boundary falls at `cut` (no token straddles it). Slow tokenizers encode the head, the
+        tail and the whole text and compare.
+        """
+        boundary_error = TemplateError(
+            "the chat template's text after an assistant message does not start on a "
+            f"token boundary (after {PLACEHOLDER!r}: {text[cut : cut + 20]!r})"
+        )
+        if getattr(self.tokenizer, "is_fast", False):
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+            ends = [end for _, end in offsets]
+            if len(offsets) == len(ids) and all(a <= b for a, b in pairwise(ends)):
+                split = next((j for j, end in enumerate(ends) if end > cut), len(ids))
+                if split < len(ids) and offsets[split][0] < cut:
+                    raise boundary_error
+                return ids[split:]
         head, tail = self.encode(text[:cut]), self.encode(text[cut:])
         if self.encode(text) != head + tail:
-            raise TemplateError(
-                "the chat template's text after an assistant message does not start on a "
-                f"token boundary (after {PLACEHOLDER!r}: {text[cut : cut + 20]!r})"
-            )
+            raise boundary_error
         return tail
 
     def _end_of_turn_ids(self) -> list[int]:

@@ -173,3 +173,13 @@ def test_print_config_layers_preset_file_flags_and_set(tmp_path) -> None:
     assert cfg["trainer"]["num_steps"] == 5 and cfg["trainer"]["num_groups"] == 6
     assert cfg["trainer"]["backend"] == "fsdp2"
     assert cfg["model"]["name"] == "smollm2-135m"  # the CPU default
+
+
+def test_unknown_env_kwarg_fails_naming_it_and_the_env(tmp_path) -> None:
+    result = runner.invoke(
+        app,
+        ["train", "--env", "math", "--model", "tiny", "--steps", "1", "--set", "env.generatr=x"]
+        + ["--run-dir", str(tmp_path / "run")],
+    )
+    assert result.exit_code == 2, result.output
+    assert "env 'math'" in result.output and "generatr" in result.output
