@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -55,7 +56,8 @@ class UnknownEnvError(KeyError):
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
-_loaded_builtins = False
+_load_state = "unloaded"
+_load_lock = threading.RLock()
 
 
 def register(
@@ -99,16 +101,29 @@ def _resolve(target: str) -> Any:
 
 
 def _load_builtins() -> None:
-    global _loaded_builtins
-    if _loaded_builtins:
+    """Import the built-in registrations and entry points once, safely across threads.
+
+    Another thread waits until loading is over; `register` calls made by the loading itself
+    (same thread) return at once.
+    """
+    global _load_state
+    if _load_state == "loaded":
         return
-    _loaded_builtins = True
-    importlib.import_module("agentrl.envs.builtin")
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY:
-            continue
-        dist = ep.dist.name if ep.dist is not None else "entry point"
-        register(ep.name, ep.value, source=dist)
+    with _load_lock:
+        if _load_state != "unloaded":
+            return
+        _load_state = "loading"
+        try:
+            importlib.import_module("agentrl.envs.builtin")
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name in _REGISTRY:
+                    continue
+                dist = ep.dist.name if ep.dist is not None else "entry point"
+                register(ep.name, ep.value, source=dist)
+        except BaseException:
+            _load_state = "unloaded"
+            raise
+        _load_state = "loaded"
 
 
 def registry() -> dict[str, EnvSpec]:

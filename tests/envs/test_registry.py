@@ -23,7 +23,7 @@ def _restore_registry():
     yield
     reg._REGISTRY.clear()
     reg._REGISTRY.update(saved)
-    reg._loaded_builtins = True
+    reg._load_state = "loaded"
 
 
 def test_builtins_listed_with_sources() -> None:
@@ -106,7 +106,7 @@ def test_entry_point_group_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
         return [ep] if group == reg.ENTRY_POINT_GROUP else []
 
     monkeypatch.setattr(reg, "entry_points", fake_entry_points)
-    monkeypatch.setattr(reg, "_loaded_builtins", False)
+    monkeypatch.setattr(reg, "_load_state", "unloaded")
     known = registry()
     assert "plugin-guess" in known and "sokoban" in known
     assert known["plugin-guess"].source == "entry point"
@@ -114,9 +114,35 @@ def test_entry_point_group_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_early_user_registration_overrides_builtin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reg, "_loaded_builtins", False)
+    monkeypatch.setattr(reg, "_load_state", "unloaded")
     monkeypatch.delitem(sys.modules, "agentrl.envs.builtin")  # re-run its register() calls
     reg._REGISTRY.clear()
     register("sokoban", GuessNumber)  # before anything listed the registry
     assert spec("sokoban").entry_point is GuessNumber
     assert "sokoban-8x8-2box" in registry()
+
+
+def test_registry_loads_once_under_concurrent_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads racing on the first `make` all see the built-ins (no empty registry)."""
+    import threading
+
+    monkeypatch.setattr(reg, "_load_state", "unloaded")
+    monkeypatch.delitem(sys.modules, "agentrl.envs.builtin")  # re-run its register() calls
+    reg._REGISTRY.clear()
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def first_use() -> None:
+        barrier.wait()
+        try:
+            reg.make("sokoban")
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert reg._load_state == "loaded"
