@@ -3,58 +3,50 @@
 See `docs/algorithms.md` for the formulas of each preset and the config keys behind them.
 """
 
-from agentrl.algos.advantages import (
-    gae,
-    grpo_advantages,
-    place_returns_on_last_token,
-    place_turn_rewards,
-    reinforce_pp_advantages,
-    rloo_advantages,
-    trajectory_returns,
-    turn_level_gae,
-    whiten,
-)
-from agentrl.algos.config import AlgoConfig
-from agentrl.algos.estimate import AdvantageResult, compute_advantages
-from agentrl.algos.filters import filter_stats, starpo_s_filter
-from agentrl.algos.losses import (
-    aggregate,
-    count_tokens_and_seqs,
-    entropy_from_logits,
-    kl_loss,
-    kl_penalty,
-    kl_reward_penalty,
-    policy_loss,
-    token_logprobs_from_logits,
-    value_loss,
-)
-from agentrl.algos.presets import list_presets, load_preset, preset_algo_config
+from __future__ import annotations
 
-__all__ = [
-    "AdvantageResult",
-    "AlgoConfig",
-    "aggregate",
-    "compute_advantages",
-    "count_tokens_and_seqs",
-    "entropy_from_logits",
-    "filter_stats",
-    "gae",
-    "grpo_advantages",
-    "kl_loss",
-    "kl_penalty",
-    "kl_reward_penalty",
-    "list_presets",
-    "load_preset",
-    "place_returns_on_last_token",
-    "place_turn_rewards",
-    "policy_loss",
-    "preset_algo_config",
-    "reinforce_pp_advantages",
-    "rloo_advantages",
-    "starpo_s_filter",
-    "token_logprobs_from_logits",
-    "trajectory_returns",
-    "turn_level_gae",
-    "value_loss",
-    "whiten",
-]
+import importlib
+from typing import Any
+
+# Exports load on first use, so `import agentrl.algos.config` (and the CLI) need not import torch.
+_EXPORTS = {
+    "AdvantageResult": "agentrl.algos.estimate",
+    "aggregate": "agentrl.algos.losses",
+    "AlgoConfig": "agentrl.algos.config",
+    "compute_advantages": "agentrl.algos.estimate",
+    "count_tokens_and_seqs": "agentrl.algos.losses",
+    "entropy_from_logits": "agentrl.algos.losses",
+    "filter_stats": "agentrl.algos.filters",
+    "gae": "agentrl.algos.advantages",
+    "grpo_advantages": "agentrl.algos.advantages",
+    "kl_loss": "agentrl.algos.losses",
+    "kl_penalty": "agentrl.algos.losses",
+    "kl_reward_penalty": "agentrl.algos.losses",
+    "list_presets": "agentrl.algos.presets",
+    "load_preset": "agentrl.algos.presets",
+    "place_returns_on_last_token": "agentrl.algos.advantages",
+    "place_turn_rewards": "agentrl.algos.advantages",
+    "policy_loss": "agentrl.algos.losses",
+    "preset_algo_config": "agentrl.algos.presets",
+    "reinforce_pp_advantages": "agentrl.algos.advantages",
+    "rloo_advantages": "agentrl.algos.advantages",
+    "starpo_s_filter": "agentrl.algos.filters",
+    "token_logprobs_from_logits": "agentrl.algos.losses",
+    "trajectory_returns": "agentrl.algos.advantages",
+    "turn_level_gae": "agentrl.algos.advantages",
+    "value_loss": "agentrl.algos.losses",
+    "whiten": "agentrl.algos.advantages",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentrl.algos' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -115,7 +115,6 @@ def sample_rows(
     temperature-1 distribution `log_softmax(logits)` (what a teacher-forced pass computes).
     """
     n, vocab = logits.shape
-    logp = torch.log_softmax(logits, dim=-1)
     greedy = [s.temperature == 0 for s in samplers]
     ids = logits.argmax(-1)
     if not all(greedy):
@@ -141,7 +140,8 @@ def sample_rows(
             ids = torch.where(keep, ids, pick.squeeze(1))
         else:
             ids = pick.squeeze(1)
-    return ids, logp.gather(1, ids.unsqueeze(1)).squeeze(1)
+    picked = logits.gather(1, ids.unsqueeze(1)).squeeze(1)
+    return ids, picked - torch.logsumexp(logits, dim=-1)
 
 
 def _mask_sorted(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
