@@ -5,7 +5,9 @@ torch thread, GRPO with no KL (no reference model), one optimizer step per rollo
 reward = fraction of vowels in the answer (single turn). The first step of each side is a
 warm-up and is not counted.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/grpo_step_time.py [--steps 4]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/grpo_step_time.py [--steps 8] [--rounds 2]
+
+Each round runs agentrl's steps, then TRL's; the medians pool all rounds' timed steps.
 
 TRL is not a dependency of agentrl; install it only for this benchmark:
 `.venv/bin/pip install trl==1.16.0` (the release checked against transformers 5.19).
@@ -175,33 +177,53 @@ def bench_trl(steps: int) -> tuple[list[float], float] | None:
 
 
 def main() -> None:
-    """Run both sides and print the comparison."""
+    """Run both sides, alternating in rounds, and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--steps", type=int, default=4, help="timed steps per side (after 1 warm-up)"
+        "--steps", type=int, default=8, help="timed steps per side and round (after 1 warm-up)"
     )
-    steps = parser.parse_args().steps
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of (agentrl, TRL); alternating evens out load drift on a shared machine",
+    )
+    args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    ours, our_len = bench_agentrl(steps)
-    print(
-        f"agentrl: median {statistics.median(ours):.3f} s/step, min {min(ours):.3f} "
-        f"(steps {[round(t, 2) for t in ours]}), {our_len:.1f} sampled tokens per answer"
-    )
-    theirs = bench_trl(steps)
-    if theirs is None:
+    ours: list[float] = []
+    theirs: list[float] = []
+    for round_ in range(args.rounds):
+        times, our_len = bench_agentrl(args.steps)
+        ours += times
         print(
-            "TRL is not installed: pip install trl==1.16.0 to compare (not an agentrl dependency)"
+            f"round {round_} agentrl: median {statistics.median(times):.3f} s/step, min "
+            f"{min(times):.3f} (steps {[round(t, 2) for t in times]}), {our_len:.1f} sampled "
+            "tokens per answer"
         )
+        trl_result = bench_trl(args.steps)
+        if trl_result is None:
+            print(
+                "TRL is not installed: pip install trl==1.16.0 to compare "
+                "(not an agentrl dependency)"
+            )
+            continue
+        trl_times, trl_len = trl_result
+        theirs += trl_times
+        print(
+            f"round {round_} TRL GRPOTrainer: median {statistics.median(trl_times):.3f} s/step, "
+            f"min {min(trl_times):.3f} (steps {[round(t, 2) for t in trl_times]}), "
+            f"{trl_len:.1f} tokens per answer; round ratio "
+            f"{statistics.median(times) / statistics.median(trl_times):.2f}"
+        )
+    print(f"agentrl: median {statistics.median(ours):.3f} s/step over {len(ours)} steps")
+    if not theirs:
         return
-    trl_times, trl_len = theirs
     print(
-        f"TRL GRPOTrainer: median {statistics.median(trl_times):.3f} s/step, "
-        f"min {min(trl_times):.3f} (steps {[round(t, 2) for t in trl_times]}), "
-        f"{trl_len:.1f} tokens per answer"
+        f"TRL GRPOTrainer: median {statistics.median(theirs):.3f} s/step over {len(theirs)} steps"
     )
-    ratio = statistics.median(ours) / statistics.median(trl_times)
+    ratio = statistics.median(ours) / statistics.median(theirs)
     verdict = "meets" if ratio <= 0.5 else "misses"
     print(f"agentrl / TRL median time per step: {ratio:.2f} ({verdict} the goal of <= 0.5)")
 

@@ -51,16 +51,33 @@ class _Job:
     loop: asyncio.AbstractEventLoop
 
     def resolve(self, result: Completion | BaseException) -> None:
-        def _set() -> None:
-            if self.future.done():  # the caller was cancelled meanwhile
-                return
-            if isinstance(result, BaseException):
-                self.future.set_exception(result)
-            else:
-                self.future.set_result(result)
+        """Set the caller's future to `result` (from the worker thread)."""
+        resolve_all([(self, result)])
 
+    def set(self, result: Completion | BaseException) -> None:
+        """On the caller's event loop: set the future unless the caller gave up."""
+        if self.future.done():  # the caller was cancelled meanwhile
+            return
+        if isinstance(result, BaseException):
+            self.future.set_exception(result)
+        else:
+            self.future.set_result(result)
+
+
+def resolve_all(results: Sequence[tuple[_Job, Completion | BaseException]]) -> None:
+    """Resolve many jobs with one wake-up per event loop (not one per job: each wake-up is a
+    self-pipe write that makes the loop thread contend for the GIL)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Completion | BaseException]]] = {}
+    for job, result in results:
+        by_loop.setdefault(job.loop, []).append((job, result))
+
+    def _set_all(items: list[tuple[_Job, Completion | BaseException]]) -> None:
+        for job, result in items:
+            job.set(result)
+
+    for loop, items in by_loop.items():
         try:
-            self.loop.call_soon_threadsafe(_set)
+            loop.call_soon_threadsafe(_set_all, items)
         except RuntimeError:  # the caller's event loop is closed; nobody is waiting
             pass
 
@@ -115,33 +132,34 @@ def sample_rows(
     temperature-1 distribution `log_softmax(logits)` (what a teacher-forced pass computes).
     """
     n, vocab = logits.shape
+    logp = torch.log_softmax(logits, dim=-1)  # raw distribution, temperature 1
     greedy = [s.temperature == 0 for s in samplers]
-    ids = logits.argmax(-1)
-    if not all(greedy):
-        temps = [s.temperature if s.temperature > 0 else 1.0 for s in samplers]
+    if all(greedy):
+        ids = logits.argmax(-1)
+        return ids, logp.gather(1, ids.unsqueeze(1)).squeeze(1)
+    temps = [s.temperature if s.temperature > 0 else 1.0 for s in samplers]
+    x = logits
+    if any(t != 1.0 for t in temps):
         x = logits / torch.tensor(temps, dtype=logits.dtype, device=logits.device).unsqueeze(1)
-        top_k = [s.top_k if 0 < s.top_k < vocab else 0 for s in samplers]
-        top_p = [s.top_p if s.top_p < 1.0 else float("inf") for s in samplers]
-        order = None
-        if any(top_k) or any(p != float("inf") for p in top_p):
-            x, order = torch.sort(x, dim=-1, descending=True)
-            x = _mask_sorted(x, top_k, top_p)
-        cdf = torch.cumsum(torch.softmax(x, dim=-1), dim=-1)
-        total = cdf[:, -1:].contiguous()
-        u = [0.0 if g else s.rng.random() for s, g in zip(samplers, greedy, strict=True)]
-        target = torch.tensor(u, dtype=cdf.dtype, device=cdf.device).unsqueeze(1) * total
-        pick = torch.searchsorted(cdf, target, right=True)
-        # u * total can round up to total: stay on the last id that holds probability
-        pick = torch.minimum(pick, torch.searchsorted(cdf, total))
-        if order is not None:
-            pick = order.gather(1, pick)
-        if any(greedy):
-            keep = torch.tensor(greedy, device=logits.device)
-            ids = torch.where(keep, ids, pick.squeeze(1))
-        else:
-            ids = pick.squeeze(1)
-    picked = logits.gather(1, ids.unsqueeze(1)).squeeze(1)
-    return ids, picked - torch.logsumexp(logits, dim=-1)
+    top_k = [s.top_k if 0 < s.top_k < vocab else 0 for s in samplers]
+    top_p = [s.top_p if s.top_p < 1.0 else float("inf") for s in samplers]
+    order = None
+    if any(top_k) or any(p != float("inf") for p in top_p):
+        x, order = torch.sort(x, dim=-1, descending=True)
+        x = _mask_sorted(x, top_k, top_p)
+    cdf = torch.cumsum(torch.softmax(x, dim=-1), dim=-1)
+    total = cdf[:, -1:].contiguous()
+    u = [0.0 if g else s.rng.random() for s, g in zip(samplers, greedy, strict=True)]
+    target = torch.tensor(u, dtype=cdf.dtype, device=cdf.device).unsqueeze(1) * total
+    pick = torch.searchsorted(cdf, target, right=True)
+    # u * total can round up to total: stay on the last id that holds probability
+    pick = torch.minimum(pick, torch.searchsorted(cdf, total))
+    if order is not None:
+        pick = order.gather(1, pick)
+    ids = pick.squeeze(1)
+    if any(greedy):
+        ids = torch.where(torch.tensor(greedy, device=logits.device), logits.argmax(-1), ids)
+    return ids, logp.gather(1, ids.unsqueeze(1)).squeeze(1)
 
 
 def _mask_sorted(x: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
@@ -415,15 +433,17 @@ class HFEngine:
     def _retire(self, batch: _Batch) -> _Batch | None:
         """Resolve rows that stopped, hit their budget or whose caller gave up; drop them."""
         keep = []
+        done: list[tuple[_Job, Completion | BaseException]] = []
         for i, row in enumerate(batch.rows):
             if row.job.future.cancelled():  # the caller timed out or was cancelled
                 continue
             if row.reason == "stop" or len(row.out_ids) >= row.budget:
-                row.job.resolve(
-                    Completion(row.out_ids, row.out_logp, row.reason, self.weight_version)
-                )
+                completion = Completion(row.out_ids, row.out_logp, row.reason, self.weight_version)
+                done.append((row.job, completion))
                 continue
             keep.append(i)
+        if done:
+            resolve_all(done)
         if not keep:
             return None
         if len(keep) < len(batch.rows):
