@@ -7,9 +7,10 @@ and the weights come from a fixed torch seed, so every build writes the same fil
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
-TINY_VERSION = 1
+TINY_VERSION = 2
 """Bump when the tiny model's files change; the cache folder is `tiny-v<version>`."""
 
 TINY_SEED = 1234
@@ -113,6 +114,9 @@ def corpus() -> list[str]:
     return lines * 3
 
 
+_INIT_LOCK = threading.Lock()
+
+
 def build_tiny(dest: Path) -> None:
     """Write the tiny model (config, safetensors weights, tokenizer, chat template) to `dest`."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # single-threaded BPE training: same merges
@@ -163,8 +167,9 @@ def build_tiny(dest: Path) -> None:
         pad_token_id=tok.token_to_id("<|endoftext|>"),
         dtype="float32",
     )
-    torch.manual_seed(TINY_SEED)
-    model = Qwen2ForCausalLM(config).eval()
+    with _INIT_LOCK:  # torch's global RNG: concurrent builds in one process must not interleave
+        torch.manual_seed(TINY_SEED)
+        model = Qwen2ForCausalLM(config).eval()
     model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=True
     )

@@ -1,13 +1,15 @@
-"""HFEngine's batched sampler: distribution, masks, greedy rows, logprobs, seeding."""
+"""HFEngine's batched paths: the sampler (distribution, masks, greedy rows, logprobs,
+seeding) and completions resolved with one event-loop wake-up per loop."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import torch
 
-from agentrl.rollout.engine import SamplingParams
-from agentrl.rollout.hf_engine import RowSampler, filter_logits, sample_rows
+from agentrl.rollout.engine import Completion, GenerationRequest, SamplingParams
+from agentrl.rollout.hf_engine import RowSampler, _Job, filter_logits, resolve_all, sample_rows
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05])
 
@@ -68,3 +70,25 @@ def test_a_rows_ids_depend_only_on_its_seed() -> None:
     again = [RowSampler.from_params(params, 7)]
     seq_b = [int(sample_rows(logits[:1], again)[0]) for _ in range(20)]
     assert seq_a == seq_b and len(set(seq_a)) > 1
+
+
+def test_completions_resolve_with_one_wake_up_per_loop() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        wake_ups = []
+        original = loop.call_soon_threadsafe
+
+        def counting(callback, *args):  # type: ignore[no-untyped-def]
+            wake_ups.append(callback)
+            return original(callback, *args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        jobs = [_Job(GenerationRequest([1], SamplingParams()), loop.create_future(), loop)]
+        jobs += [_Job(GenerationRequest([1], SamplingParams()), loop.create_future(), loop)]
+        jobs[1].future.cancel()  # a caller that gave up is skipped, not an error
+        done = Completion([5], [-0.1], "stop", 3)
+        resolve_all([(jobs[0], done), (jobs[1], done)])
+        assert await jobs[0].future is done
+        assert len(wake_ups) == 1
+
+    asyncio.run(main())
