@@ -17,6 +17,8 @@ DEFAULT_KEYS = (
     "actor/kl",
     "eval/success_rate",
     "time/step",
+    "sft/nll",
+    "sft/token_accuracy",
 )
 """Metrics drawn when present in at least one run, one panel each."""
 

@@ -183,3 +183,18 @@ def test_unknown_env_kwarg_fails_naming_it_and_the_env(tmp_path) -> None:
     )
     assert result.exit_code == 2, result.output
     assert "env 'math'" in result.output and "generatr" in result.output
+
+
+def test_plot_draws_sft_metrics(tmp_path) -> None:
+    """`agentrl plot` works on an `agentrl sft` output folder (its metrics are `sft/*`)."""
+    import json
+
+    from agentrl.train.plot import plot_runs
+
+    run = tmp_path / "sft-run"
+    run.mkdir()
+    rows = [{"step": i, "sft/nll": 2.0 / (i + 1), "sft/token_accuracy": 0.1 * i} for i in range(4)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drawn = plot_runs([run], tmp_path / "sft.png")
+    assert drawn == ["sft/nll", "sft/token_accuracy"]
+    assert (tmp_path / "sft.png").stat().st_size > 1000
