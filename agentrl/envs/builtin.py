@@ -100,3 +100,13 @@ register(
     generator="countdown",
     answer_format="answer_tag",
 )
+register(
+    "math-tool",
+    "agentrl.envs.math.env:MathEnv",
+    source="agentrl",
+    requires=("docker",),
+    summary="Generated arithmetic (level 3) with a sandboxed Python tool before the boxed answer.",
+    generator="arithmetic",
+    difficulty=3,
+    tools=True,
+)

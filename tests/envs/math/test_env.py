@@ -160,3 +160,62 @@ def test_tool_mode_runs_python_then_grades() -> None:
     answer = env.problem.answer  # type: ignore[attr-defined]
     assert env.step(f"\\boxed{{{answer}}}")[1:4] == (1.0, True, False)
     assert check_env(lambda: make("math-linear", tools=True, sandbox=_FakeSandbox())).ok
+
+
+def _require_docker() -> None:
+    """Skip without Docker, except where CI requires it (then fail)."""
+    import os
+
+    from agentrl.sandbox.docker import unavailable_reason
+
+    why = unavailable_reason()
+    if why is not None:
+        if os.environ.get("CI") or os.environ.get("AGENTRL_REQUIRE_DOCKER"):
+            pytest.fail(f"Docker is required here: {why}")
+        pytest.skip(why)
+
+
+def _python_call(code: str) -> str:
+    return f"<tool_call>{json.dumps({'name': 'python', 'arguments': {'code': code}})}</tool_call>"
+
+
+@pytest.mark.docker
+def test_math_tool_in_docker_computes_then_answers() -> None:
+    """Scripted policy: a malformed call, a bad-argument call, a crashing run, then real
+    Python that computes the answer; the tool output is what the policy boxes."""
+    _require_docker()
+    env = make("math-tool")
+    assert env.tools[0]["function"]["name"] == "python"  # type: ignore[attr-defined]
+    for seed in (0, 1):
+        question, _ = env.reset(seed=seed)
+        expression = question.removeprefix("Compute:").removesuffix("?").strip()
+
+        obs, reward, terminated, truncated, info = env.step("<tool_call>{not json</tool_call>")
+        assert isinstance(obs, list) and obs[0]["role"] == "tool", obs
+        assert obs[0]["content"].startswith("Error"), obs
+        assert (reward, terminated, truncated, info["success"]) == (0.0, False, False, False)
+
+        obs, *_ = env.step(
+            '<tool_call>{"name": "python", "arguments": {"code": 5}}</tool_call>'
+            '<tool_call>{"name": "shell", "arguments": {"cmd": "id"}}</tool_call>'
+        )
+        assert [m["role"] for m in obs] == ["tool", "tool"]
+        assert all(m["content"].startswith("Error") for m in obs), obs
+
+        obs, reward, terminated, _, _ = env.step(_python_call("raise ValueError('boom')"))
+        assert "ValueError: boom" in obs[0]["content"] and (reward, terminated) == (0.0, False)
+
+        obs, reward, terminated, truncated, _ = env.step(
+            f"Let me compute it.\n{_python_call(f'print({expression})')}"
+        )
+        assert obs[0]["role"] == "tool" and obs[0]["content"].startswith("stdout:\n"), obs
+        printed = obs[0]["content"].removeprefix("stdout:\n").strip()
+        assert printed == env.problem.answer  # type: ignore[attr-defined]
+        assert (reward, terminated, truncated) == (0.0, False, False)
+        assert obs[-1] == {"role": "user", "content": "No more tool calls: give your answer."}
+
+        obs, reward, terminated, truncated, info = env.step(
+            f"So the answer is \\boxed{{{printed}}}."
+        )
+        assert (obs, reward, terminated, truncated) == ("Correct.", 1.0, True, False)
+        assert info["success"] and info["attempt"] == 1
