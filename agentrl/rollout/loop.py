@@ -552,4 +552,10 @@ def rollout(
     **kwargs: Any,
 ) -> RolloutResult:
     """Synchronous `arollout` (runs its own event loop); same arguments."""
-    return asyncio.run(arollout(engine, env_factory, tokenizer, seeds, **kwargs))
+    results: list[RolloutResult] = []
+
+    async def main() -> None:  # returns None: asyncio.run would repr a returned result
+        results.append(await arollout(engine, env_factory, tokenizer, seeds, **kwargs))
+
+    asyncio.run(main())
+    return results[0]

@@ -54,6 +54,7 @@ from agentrl.train.checkpoint import (
 from agentrl.train.critic import build_critic, token_values
 from agentrl.train.engines import SeededEngine, build_engine
 from agentrl.train.metrics import CollapseDetector, MetricsLogger, trajectory_stats
+from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -320,7 +321,14 @@ class Trainer:
             cfg=self.cfg.rollout,
             sampling=self.sampling(step),
             env_name=self.cfg.env.name,
+            bridge=self.bridge,
         )
+
+    @functools.cached_property
+    def bridge(self) -> ChatBridge:
+        """One chat-template bridge for the run: its template probe and first-prompt cache
+        carry over from step to step."""
+        return ChatBridge(self.tokenizer)
 
     def next_rollout(self, step: int) -> RolloutResult | None:
         """This step's trajectories. Synchronous mode rolls out now. Async mode takes the

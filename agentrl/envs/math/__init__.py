@@ -1,7 +1,7 @@
 """Verifiable math environments: `MathEnv`, problem data and generators, grading, safe expressions.
 
-Registered as `math` (file or generator), `math-arithmetic`, `math-linear`, `math-multiturn`
-and `countdown`. See docs/math.md.
+Registered as `math` (file or generator), `math-arithmetic`, `math-linear`, `math-multiturn`,
+`countdown` and `math-tool` (sandboxed Python tool, needs Docker). See docs/math.md.
 """
 
 from agentrl.envs.math.data import DataError, Problem, load_problems, split_problems
