@@ -1,8 +1,16 @@
-"""The `agentrl` command line. Each command group lives beside the code it drives."""
+"""The `agentrl` command line. Each command group lives beside the code it drives; heavy
+libraries (torch, transformers, vllm, ray, docker) are imported inside the commands."""
 
 from __future__ import annotations
 
 import typer
+
+from agentrl.envs._cli import envs_app, play
+from agentrl.rollout._cli import rollout_cmd
+from agentrl.sandbox._cli import app as sandbox_app
+from agentrl.sft._cli import sft
+from agentrl.train._cli import register as register_train_commands
+from agentrl.trajectory._cli import view
 
 app = typer.Typer(
     name="agentrl",
@@ -12,27 +20,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-
-from agentrl.envs._cli import envs_app, play  # noqa: E402 - registered after `app` exists
-
-app.add_typer(envs_app, name="envs")
-from agentrl.sandbox._cli import app as sandbox_app  # noqa: E402
-
-app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(envs_app, name="envs")  # envs list | check
 app.command("play")(play)
-
-from agentrl.train._cli import register as _register_train  # noqa: E402
-
-_register_train(app)  # train, eval, export, plot
-
-from agentrl.rollout._cli import rollout_cmd  # noqa: E402
-from agentrl.trajectory._cli import view  # noqa: E402
-
+register_train_commands(app)  # train, eval, export, plot
+app.command("sft")(sft)
 app.command("rollout")(rollout_cmd)
 app.command("view")(view)
-from agentrl.sft._cli import sft  # noqa: E402
-
-app.command("sft")(sft)
+app.add_typer(sandbox_app, name="sandbox")  # sandbox build | check
 
 
 @app.callback()
