@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrl.config import EnvConfig
 from agentrl.train.config import OptimConfig
 
+_SFT_OPTIM_DEFAULTS: dict[str, Any] = {
+    "lr": 1e-3,
+    "warmup_steps": 10,
+    "schedule": "cosine",
+    "min_lr_ratio": 0.1,
+}
+
 
 def _default_optim() -> OptimConfig:
-    return OptimConfig(lr=1e-3, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    return OptimConfig(**_SFT_OPTIM_DEFAULTS)
 
 
 class SFTConfig(BaseModel):
@@ -54,3 +63,12 @@ class SFTConfig(BaseModel):
     """Seed for torch (init of nothing, batch shuffling) and the evaluation sampler."""
     num_threads: int = Field(default=1, ge=0)
     """torch intra-op threads on CPU; 0 keeps torch's default."""
+
+    @field_validator("optim", mode="before")
+    @classmethod
+    def _sft_optim_defaults(cls, value: Any) -> Any:
+        """Fill fields a partial `optim` (e.g. only `--lr`) leaves out from the SFT defaults
+        (warmup 10, cosine to 0.1), not from `OptimConfig`'s RL defaults (constant)."""
+        if isinstance(value, dict):
+            return {**_SFT_OPTIM_DEFAULTS, **value}
+        return value
