@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
-import subprocess
 from typing import Any, ClassVar
 
 import pytest
@@ -12,20 +10,11 @@ import pytest
 from agentrl.envs import TokenEnv, check_env, registry, spec
 
 
-def _docker_available() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 @pytest.mark.parametrize("name", sorted(registry()))
-def test_every_registered_env_passes_check_env(name: str) -> None:
+def test_every_registered_env_passes_check_env(name: str, request: pytest.FixtureRequest) -> None:
     """Runs over `registry()`, so envs registered later by other packages are included."""
-    if "docker" in spec(name).requires and not _docker_available():
-        pytest.skip("needs a running Docker daemon (CI has one)")
+    if "docker" in spec(name).requires:
+        request.getfixturevalue("require_docker")  # skips without Docker; fails in CI
     report = check_env(name, num_episodes=2)
     assert report.ok, str(report)
 

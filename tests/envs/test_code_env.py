@@ -53,19 +53,6 @@ def local_sandbox() -> LocalSandbox:
     return LocalSandbox(timeout=10)
 
 
-def require_docker() -> None:
-    """Skip without Docker, except where CI requires it (then fail)."""
-    import os
-
-    from agentrl.sandbox.docker import unavailable_reason
-
-    why = unavailable_reason()
-    if why is not None:
-        if os.environ.get("CI") or os.environ.get("AGENTRL_REQUIRE_DOCKER"):
-            pytest.fail(f"Docker is required here: {why}")
-        pytest.skip(why)
-
-
 def answer(code: str) -> str:
     return f"Here is my solution:\n```python\n{code}```\n"
 
@@ -146,10 +133,9 @@ def test_crashing_and_looping_solutions_are_graded_zero(local_sandbox) -> None:
 
 
 @pytest.mark.docker
-def test_code_env_in_docker_passes_check_env() -> None:
+def test_code_env_in_docker_passes_check_env(require_docker: None) -> None:
     from agentrl.envs.check import check_env
 
-    require_docker()
     report = check_env("code")
     assert report.ok, report
     env = make("code")

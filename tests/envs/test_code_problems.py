@@ -73,12 +73,9 @@ def stub(problem_prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[object]:
-    from test_code_env import require_docker
-
+def sandbox(require_docker: None) -> Iterator[object]:
     from agentrl.sandbox.docker import DockerSandbox
 
-    require_docker()
     box = DockerSandbox(SandboxConfig(pool_size=POOL_SIZE))
     try:
         yield box

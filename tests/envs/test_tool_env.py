@@ -177,10 +177,7 @@ def test_http_tool_in_env_gives_error_observation(server: str) -> None:
 
 
 @pytest.mark.docker
-def test_python_tool_env_in_docker() -> None:
-    from test_code_env import require_docker
-
-    require_docker()
+def test_python_tool_env_in_docker(require_docker: None) -> None:
     assert check_env("tool-python").ok
     env = make("tool-python")
     env.reset(seed=2)

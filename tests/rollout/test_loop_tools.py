@@ -175,16 +175,7 @@ def code_policy(prompt: str, turn: int) -> str:
 
 
 @pytest.mark.docker
-def test_code_env_episodes_with_feedback_then_fix() -> None:
-    from agentrl.sandbox.docker import unavailable_reason
-
-    why = unavailable_reason()
-    if why is not None:
-        import os
-
-        if os.environ.get("CI") or os.environ.get("AGENTRL_REQUIRE_DOCKER"):
-            pytest.fail(f"Docker is required here: {why}")
-        pytest.skip(why)
+def test_code_env_episodes_with_feedback_then_fix(require_docker: None) -> None:
     tok = tokenizer("qwen2.5-tools")
     engine = PolicyEngine(tok, code_policy)
     result = rollout(

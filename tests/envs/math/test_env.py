@@ -162,28 +162,14 @@ def test_tool_mode_runs_python_then_grades() -> None:
     assert check_env(lambda: make("math-linear", tools=True, sandbox=_FakeSandbox())).ok
 
 
-def _require_docker() -> None:
-    """Skip without Docker, except where CI requires it (then fail)."""
-    import os
-
-    from agentrl.sandbox.docker import unavailable_reason
-
-    why = unavailable_reason()
-    if why is not None:
-        if os.environ.get("CI") or os.environ.get("AGENTRL_REQUIRE_DOCKER"):
-            pytest.fail(f"Docker is required here: {why}")
-        pytest.skip(why)
-
-
 def _python_call(code: str) -> str:
     return f"<tool_call>{json.dumps({'name': 'python', 'arguments': {'code': code}})}</tool_call>"
 
 
 @pytest.mark.docker
-def test_math_tool_in_docker_computes_then_answers() -> None:
+def test_math_tool_in_docker_computes_then_answers(require_docker: None) -> None:
     """Scripted policy: a malformed call, a bad-argument call, a crashing run, then real
     Python that computes the answer; the tool output is what the policy boxes."""
-    _require_docker()
     env = make("math-tool")
     assert env.tools[0]["function"]["name"] == "python"  # type: ignore[attr-defined]
     for seed in (0, 1):
