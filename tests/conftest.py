@@ -23,6 +23,22 @@ def require_docker() -> None:
         pytest.skip(why)
 
 
+@pytest.fixture(scope="module")
+def ray_local():
+    """Ray on loopback with 2 CPUs for one test module; engines and actors join it."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+        log_to_driver=False,
+    )
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path() -> Path:
     """Local folder of the built-in `tiny` model (random Qwen2 + ChatML tokenizer), built once."""

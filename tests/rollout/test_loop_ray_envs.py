@@ -33,19 +33,11 @@ class PidEnv(ScriptedEnv):
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    """Ray on loopback with 2 CPUs; this module's classes travel by value to the actors."""
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
-        log_to_driver=False,
-    )
-    yield ray
+def ray_local(ray_local):
+    """The shared loopback Ray; this module's classes travel by value to the actors."""
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield ray_local
     close_env_actors()
-    ray.shutdown()
 
 
 def _rollout(executor: str, env_factory, seeds=range(8)):  # type: ignore[no-untyped-def]

@@ -15,20 +15,6 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """Ray on loopback with 2 CPUs; the CLI's RayEngine joins it instead of starting one."""
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
-        log_to_driver=False,
-    )
-    yield ray
-    ray.shutdown()
-
-
 def test_rollout_ray_two_replicas(ray_local, tmp_path, monkeypatch) -> None:
     built: list[Any] = []
     original = _cli.build_engine

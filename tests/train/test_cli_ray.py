@@ -14,20 +14,6 @@ ray = pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """Ray on loopback with 2 CPUs; the trainer's RayEngine joins it instead of starting one."""
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
-        log_to_driver=False,
-    )
-    yield ray
-    ray.shutdown()
-
-
 def test_train_with_ray_engine_replicas_syncs_weights(ray_local, tmp_path) -> None:
     run = tmp_path / "run"
     args = [

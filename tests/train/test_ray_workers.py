@@ -33,21 +33,10 @@ def train_rows(backend, rows: list[int]) -> float:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A local 2-CPU Ray cluster on loopback."""
-    import ray
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(
-        num_cpus=2,
-        num_gpus=0,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
-        log_to_driver=False,
-    )
-    yield ray
-    ray.shutdown()
+def ray_cluster(ray_local):
+    """The shared loopback Ray; this module's functions travel by value to the actors."""
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray_local
 
 
 def test_ray_fsdp2_ranks_match_local(ray_cluster) -> None:
