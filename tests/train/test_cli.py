@@ -101,6 +101,26 @@ def test_export_loads_in_transformers(trained_run, tmp_path) -> None:
     assert again.exit_code == 2 and "not empty" in again.output
 
 
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_export_loads_in_vllm(trained_run, tmp_path) -> None:
+    """vLLM loads and serves the exported folder as it is written."""
+    import asyncio
+
+    from agentrl.rollout.engine import GenerationRequest, SamplingParams
+    from agentrl.rollout.vllm_engine import VLLMEngine
+
+    out = tmp_path / "export"
+    assert runner.invoke(app, ["export", str(trained_run), "--out", str(out)]).exit_code == 0
+    engine = VLLMEngine(str(out), dtype="float32", max_model_len=256, max_num_seqs=2)
+    try:
+        request = GenerationRequest([1, 2, 3], SamplingParams(max_new_tokens=4, ignore_eos=True))
+        (completion,) = asyncio.run(engine.generate([request]))
+    finally:
+        engine.close()
+    assert len(completion.token_ids) == 4 and all(lp <= 0.0 for lp in completion.logp)
+
+
 def test_plot_writes_png(trained_run, tmp_path) -> None:
     out = tmp_path / "curves.png"
     result = runner.invoke(app, ["plot", str(trained_run), str(trained_run), "--out", str(out)])
