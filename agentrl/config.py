@@ -24,6 +24,7 @@ from agentrl.train.config import (
     LoggingConfig,
     OptimConfig,
     TrainerConfig,
+    WarmStartConfig,
 )
 
 
@@ -78,6 +79,8 @@ class TrainConfig(_Section):
     """The environment to train on."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The policy model."""
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig)
+    """Optional supervised warm start on an expert before RL."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     """How episodes are rolled out and sampled."""
     engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-TINY_VERSION = 2
+TINY_VERSION = 3
 """Bump when the tiny model's files change; the cache folder is `tiny-v<version>`."""
 
 TINY_SEED = 1234
@@ -116,18 +116,55 @@ def corpus() -> list[str]:
 
 _INIT_LOCK = threading.Lock()
 
+GRID_CHARS = "#_OXPS√"
+"""Cell symbols of the text grid envs (Sokoban, FrozenLake-style maps)."""
 
-def build_tiny(dest: Path) -> None:
-    """Write the tiny model (config, safetensors weights, tokenizer, chat template) to `dest`."""
+
+def _byte_decoder() -> dict[str, int]:
+    """The inverse of byte-level BPE's byte -> printable character map."""
+    from tokenizers import pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    # ByteLevel maps bytes 33-126, 161-172, 174-255 to themselves, the rest to 256+.
+    kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    moved = [b for b in range(256) if b not in kept]
+    table = {chr(b): b for b in kept} | {chr(256 + i): b for i, b in enumerate(moved)}
+    assert set(table) == set(alphabet)
+    return table
+
+
+def _without_grid_merges(tokenizer_json: str) -> str:
+    """Drop every BPE merge whose result is two or more grid symbols (`GRID_CHARS`).
+
+    Then a text grid is one token per cell under any pre-tokenizer, including the one
+    transformers' `Qwen2Tokenizer` installs when it loads the folder, so a model can read rows
+    and columns by position. The vocabulary (and so every id) stays as trained.
+    """
+    import json
+
+    data = json.loads(tokenizer_json)
+    decode = _byte_decoder()
+
+    def grid_only(token: str) -> bool:
+        try:
+            text = bytes(decode[c] for c in token).decode("utf-8")
+        except (KeyError, UnicodeDecodeError):
+            return False
+        return len(text) > 1 and all(c in GRID_CHARS for c in text)
+
+    merges = data["model"]["merges"]
+    pairs = [m.split(" ") if isinstance(m, str) else m for m in merges]
+    data["model"]["merges"] = [
+        m for m, (a, b) in zip(merges, pairs, strict=True) if not grid_only(a + b)
+    ]
+    return json.dumps(data)
+
+
+def build_tokenizer(dest: Path) -> None:
+    """Train the byte-level BPE ChatML tokenizer on `corpus()` and save it to `dest`."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # single-threaded BPE training: same merges
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import (
-        GenerationConfig,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -141,6 +178,7 @@ def build_tiny(dest: Path) -> None:
         show_progress=False,
     )
     tok.train_from_iterator(corpus(), trainer=trainer)
+    tok = Tokenizer.from_str(_without_grid_merges(tok.to_str()))
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -151,26 +189,63 @@ def build_tiny(dest: Path) -> None:
     hf_tok.model_max_length = 4096
     hf_tok.save_pretrained(dest)
 
+
+def build_qwen2(
+    dest: Path,
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    initializer_range: float = 0.02,
+    seed: int = TINY_SEED,
+) -> None:
+    """Write a random-weight Qwen2 (config, safetensors, generation config) with the locally
+    trained ChatML tokenizer to `dest`. Deterministic: same arguments, same files."""
+    import torch
+    from transformers import (
+        GenerationConfig,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    build_tokenizer(dest)
+    tok = PreTrainedTokenizerFast.from_pretrained(dest)
     config = Qwen2Config(
-        vocab_size=tok.get_vocab_size(),
-        hidden_size=64,
-        intermediate_size=192,
-        num_hidden_layers=2,
-        num_attention_heads=2,  # head_dim 32: the smallest the vLLM CPU backend supports
-        num_key_value_heads=1,
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
         max_position_embeddings=4096,
         rope_theta=10000.0,
         tie_word_embeddings=True,
-        initializer_range=0.1,  # larger than usual so the random policy is not near-uniform
-        bos_token_id=tok.token_to_id("<|endoftext|>"),
-        eos_token_id=tok.token_to_id("<|im_end|>"),
-        pad_token_id=tok.token_to_id("<|endoftext|>"),
+        initializer_range=initializer_range,
+        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
         dtype="float32",
     )
     with _INIT_LOCK:  # torch's global RNG: concurrent builds in one process must not interleave
-        torch.manual_seed(TINY_SEED)
+        torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config).eval()
     model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=True
     )
     model.save_pretrained(dest)
+
+
+def build_tiny(dest: Path) -> None:
+    """Write the `tiny` model: hidden 64, 2 layers (~0.2 M weights), for tests and smoke runs."""
+    build_qwen2(
+        dest,
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=2,  # head_dim 32: the smallest the vLLM CPU backend supports
+        num_key_value_heads=1,
+        initializer_range=0.1,  # larger than usual so the random policy is not near-uniform
+    )

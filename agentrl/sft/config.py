@@ -40,7 +40,7 @@ class SFTConfig(BaseModel):
     """Expert episodes use seeds `first_seed + i`; keep them below `eval_seed_offset`."""
     max_actions_per_turn: int | None = Field(default=None, gt=0)
     """Actions per expert answer; None uses the env's own per-turn limit."""
-    max_context_tokens: int = Field(default=1024, ge=8)
+    max_context_tokens: int = Field(default=2048, ge=8)
     """Longest episode sequence; longer expert episodes end `truncated` (still trained on)."""
     num_epochs: int = Field(default=3, gt=0)
     """Passes over the expert trajectories."""

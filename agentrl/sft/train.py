@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 TRAJECTORIES_FILE = "expert_trajectories.jsonl"
 RESULT_FILE = "sft_result.json"
+NLL_SAMPLE = 512
+"""Trajectories the before/after NLL is measured on (a full pass would cost an epoch's third)."""
 
 
 @dataclass
@@ -47,25 +49,33 @@ class SFTResult:
     """Share of expert episodes that ended solved (the data's quality)."""
     num_optimizer_steps: int
     initial_nll: float
-    """Mean NLL per expert id before training."""
+    """Mean NLL per expert id before training (on the first `NLL_SAMPLE` trajectories)."""
     final_nll: float
-    """Mean NLL per expert id after training."""
+    """Mean NLL per expert id after training (on the first `NLL_SAMPLE` trajectories)."""
     final_token_accuracy: float
-    """Share of expert ids that are the model's argmax after training."""
+    """Share of expert ids that are the model's argmax after training (same sample)."""
     wall_s: float
     eval: dict[str, float] = field(default_factory=dict)
     """Validation metrics (`success_rate`, ...) when `eval_episodes > 0`."""
 
 
 def masked_nll(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(nll_sum, num_correct)` over the tokens with loss_mask 1 (summed, not averaged)."""
+    """`(nll_sum, num_correct)` over the tokens with loss_mask 1 (summed, not averaged).
+
+    Logits are computed only at the positions that predict a loss token in some row
+    (`logits_to_keep`): most of a multi-turn episode is prompt and observations, and the
+    vocabulary projection over every position would be most of the memory and much of the time.
+    """
     from agentrl.algos.losses import token_logprobs_from_logits
 
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1]  # [B, T-1, V] predicts ids 1..T-1
-    targets = batch.input_ids[:, 1:]  # [B, T-1]
-    mask = batch.loss_mask[:, 1:]  # [B, T-1]
-    logp = token_logprobs_from_logits(logits, targets)  # [B, T-1]
+    mask = batch.loss_mask[:, 1:]  # [B, T-1]: position t predicts id t+1
+    keep = mask.any(dim=0).nonzero().squeeze(-1)  # [K] positions that predict a loss id
+    logits = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
+    ).logits  # [B, K, V]
+    targets = batch.input_ids[:, keep + 1]  # [B, K]
+    mask = mask[:, keep]
+    logp = token_logprobs_from_logits(logits, targets)  # [B, K]
     correct = ((logits.argmax(dim=-1) == targets).float() * mask).sum().detach()
     return -(logp * mask).sum(), correct
 
@@ -165,7 +175,8 @@ def run_sft(
     total_steps = cfg.num_epochs * num_mini
     model = load_model(str(model_path), dtype="float32")
     backend = _backend(cfg, model, total_steps)
-    initial_nll, _ = dataset_nll(backend.model, batch, cfg.micro_batch_tokens)
+    sample = batch.rows(list(range(min(batch.num_rows, NLL_SAMPLE))))
+    initial_nll, _ = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
     logger = MetricsLogger(
         out_dir,
         LoggingConfig(tensorboard=False, save_trajectories=0, progress=False),
@@ -197,7 +208,7 @@ def run_sft(
                     on_step(step, total_steps, metrics)
     finally:
         logger.close()
-    final_nll, final_accuracy = dataset_nll(backend.model, batch, cfg.micro_batch_tokens)
+    final_nll, final_accuracy = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
     backend.save_model(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / "sft_config.yaml").write_text(dump_config(cfg))
@@ -238,7 +249,7 @@ def evaluate_model(
     max_new_tokens: int = 64,
     seed_offset: int = 1_000_000,
     seed: int = 0,
-    max_context_tokens: int = 1024,
+    max_context_tokens: int = 4096,
 ) -> dict[str, float]:
     """Validation success of `model` (HF engine, in-process) on the fixed validation seeds,
     the protocol of `agentrl eval`: one episode per seed, sampled at `temperature`."""

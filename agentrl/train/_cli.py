@@ -22,6 +22,18 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
+    """The CPU defaults of one env (`defaults/cpu-<env>.yaml`, if there is one) and the preset
+    it names (its top-level `preset:` key), else `({}, None)`."""
+    import yaml
+
+    path = Path(__file__).with_name("defaults") / f"cpu-{env}.yaml"
+    if not path.is_file():
+        return {}, None
+    tree = yaml.safe_load(path.read_text()) or {}
+    return tree, tree.pop("preset", None)
+
+
 def resolve_train_config(
     *,
     config_file: Path | None,
@@ -30,24 +42,34 @@ def resolve_train_config(
     flags: dict[str, Any],
     base_file: Path | None = None,
 ) -> Any:
-    """The run config: CPU defaults < preset < `-c FILE` < command-line flags < `--set`.
+    """The run config: CPU defaults < the env's CPU defaults < preset < `-c FILE` <
+    command-line flags < `--set`.
 
-    `base_file` (a resumed run's config.yaml) replaces the CPU defaults and the preset.
+    The env's defaults (`defaults/cpu-<env>.yaml`, e.g. Sokoban's warm start) apply to the env
+    the other layers name; its `preset:` is used when `--preset` is not given.
+    `base_file` (a resumed run's config.yaml) replaces all defaults and the preset.
     """
     import yaml
 
     from agentrl.algos.presets import load_preset
     from agentrl.config import _deep_merge, load_config
 
+    flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
     if base_file is not None:
         base = yaml.safe_load(Path(base_file).read_text()) or {}
-    else:
-        defaults = Path(__file__).with_name("defaults") / "cpu.yaml"
+        return load_config(config_file, flag_overrides + list(overrides), base=base)
+    cpu = yaml.safe_load((Path(__file__).with_name("defaults") / "cpu.yaml").read_text())
+    env_tree: dict[str, Any] = {}
+    env_preset = None
+    for _ in range(2):  # the env is known once the layers are merged; then add its defaults
         base = _deep_merge(
-            yaml.safe_load(defaults.read_text()), load_preset(preset or DEFAULT_PRESET)
+            _deep_merge(cpu, env_tree), load_preset(preset or env_preset or DEFAULT_PRESET)
         )
-    flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
-    return load_config(config_file, flag_overrides + list(overrides), base=base)
+        cfg = load_config(config_file, flag_overrides + list(overrides), base=base)
+        env_tree, env_preset = env_defaults(cfg.env.name)
+        if not env_tree and env_preset is None:
+            return cfg
+    return cfg
 
 
 def _default_run_dir(cfg: Any) -> Path:

@@ -108,6 +108,28 @@ class EvalConfig(_Section):
     """Validation seeds are `seed_offset + i`; training seeds stay below it (disjoint)."""
 
 
+class WarmStartConfig(_Section):
+    """Supervised fine-tuning on an expert's episodes before RL (`agentrl sft`, run in-line).
+
+    With `expert` set, a new run first plays `num_episodes` training seeds with the expert,
+    fine-tunes the model on them (token-exact trajectories, masked NLL) into
+    `<run>/warm_start`, and then starts RL from that model. A resumed run reuses the folder.
+    """
+
+    expert: str | None = None
+    """Registered expert that plays the env (`solver` for Sokoban); None: no warm start."""
+    num_episodes: int = Field(default=4096, gt=0)
+    """Expert episodes (one per training seed, from seed 0)."""
+    num_epochs: int = Field(default=1, gt=0)
+    """Passes over the expert episodes."""
+    batch_size: int = Field(default=16, gt=0)
+    """Episodes per optimizer step."""
+    lr: float = Field(default=1e-3, gt=0)
+    """Peak learning rate (warmup, then cosine decay); use ~1e-5 for a pretrained LLM."""
+    max_actions_per_turn: int | None = Field(default=None, gt=0)
+    """Actions per expert answer (default: the env's maximum)."""
+
+
 class CollapseConfig(_Section):
     """Early warning of the "Echo Trap": in-group reward std and entropy fall, then the grad
     norm spikes. Each signal compares the latest step with the mean of the earlier window."""

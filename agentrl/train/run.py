@@ -25,6 +25,24 @@ def _progress(console: Console) -> Progress:
     )
 
 
+def _with_warm_start(cfg: Any, run_dir: Path) -> Any:
+    """Run the warm start on rank 0 (the others wait) and return `cfg` with its model."""
+    from agentrl.train._ranks import barrier, world_size
+    from agentrl.train.warm_start import WARM_START_DIR, warm_start
+
+    rank = 0
+    if world_size() > 1:
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+    if rank == 0:
+        warm_start(cfg, run_dir, progress=cfg.logging.progress)
+    barrier()
+    cfg = cfg.model_copy(deep=True)
+    cfg.model.name = str((run_dir / WARM_START_DIR).resolve())
+    return cfg
+
+
 def run_training(
     cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any | None = None
 ) -> None:
@@ -38,6 +56,8 @@ def run_training(
             format="%(message)s",
             handlers=[RichHandler(console=console, show_path=False)],
         )
+    if cfg.warm_start.expert is not None:
+        cfg = _with_warm_start(cfg, Path(run_dir))
     trainer = Trainer(cfg, run_dir, resume=resume, engine=engine)
     total = cfg.trainer.num_steps
     if trainer.rank != 0:  # a follower rank: same steps, no progress bar or log lines

@@ -45,6 +45,18 @@ def test_tiny_is_a_chatml_qwen2(tiny_model_path: Path) -> None:
     assert logits.shape == (1, len(ids), len(tok))
 
 
+def test_tiny_reads_a_grid_one_token_per_cell(tiny_model_path: Path) -> None:
+    """Grid rows never merge into multi-cell tokens, whatever pre-tokenizer transformers puts in
+    front of the BPE (it installs Qwen2's own on load), so rows and columns line up by
+    position; prose still merges."""
+    tok = load_tokenizer(str(tiny_model_path))
+    rows = ["######", "#_P__#", "#_XO_#", "#__√S#", "#XOOX#", "######"]
+    ids = tok("\n".join(rows) + "\n")["input_ids"]
+    pieces = [tok.decode([i]) for i in ids]
+    assert pieces == [c for row in rows for c in [*row, "\n"]]
+    assert len(tok(" if __name__ == 'x':")["input_ids"]) < len(" if __name__ == 'x':")
+
+
 def test_tiny_build_is_deterministic_and_atomic(tmp_path: Path, monkeypatch, tiny_model_path):
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
     with ThreadPoolExecutor(2) as pool:  # two concurrent first uses: one rename wins

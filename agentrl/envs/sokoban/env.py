@@ -212,7 +212,7 @@ class SokobanEnv(TokenEnv):
         elif truncated:
             tail = "Out of actions." if self._actions_left <= 0 else "Out of turns."
         else:
-            tail = self._status()
+            tail = f"Actions left: {self._actions_left}."  # the format is in the first turn
         info = {
             "success": solved,
             "valid": problem is None,

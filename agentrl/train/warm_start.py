@@ -1,0 +1,104 @@
+"""The optional warm start of a run: `agentrl sft` on the env's expert, before RL.
+
+`agentrl train` calls `warm_start` when `warm_start.expert` is set. The fine-tuned model goes
+to `<run>/warm_start` (a Hugging Face folder), and RL starts from it. A run that already
+finished its warm start (a resumed run) reuses the folder instead of training again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("agentrl.train")
+
+WARM_START_DIR = "warm_start"
+"""Folder of the warm-started model inside a run directory."""
+
+
+def sft_config(cfg: Any) -> Any:
+    """The `SFTConfig` of a run's warm start: its env, model, seeds and context limit."""
+    from agentrl.sft.config import SFTConfig
+
+    ws = cfg.warm_start
+    return SFTConfig(
+        env=cfg.env,
+        model=cfg.model.name,
+        expert=ws.expert,
+        num_episodes=ws.num_episodes,
+        num_epochs=ws.num_epochs,
+        batch_size=ws.batch_size,
+        max_actions_per_turn=ws.max_actions_per_turn,
+        max_context_tokens=cfg.rollout.max_context_tokens,
+        optim={"lr": ws.lr},
+        eval_seed_offset=cfg.eval.seed_offset,
+        seed=cfg.seed,
+        num_threads=cfg.trainer.num_threads,
+    )
+
+
+def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
+    """Fine-tune `cfg.model.name` on `cfg.warm_start.expert`'s episodes into
+    `<run_dir>/warm_start` (unless a finished one is there) and return that folder."""
+    from agentrl.sft.train import RESULT_FILE, run_sft
+
+    out = Path(run_dir) / WARM_START_DIR
+    result_file = out / RESULT_FILE
+    if result_file.is_file():
+        log.info("warm start: reusing %s", out)
+        return out
+    sft_cfg = sft_config(cfg)
+    ws = cfg.warm_start
+    log.info(
+        "warm start: %d %s episodes, %d epoch(s), lr %g -> %s",
+        ws.num_episodes,
+        ws.expert,
+        ws.num_epochs,
+        ws.lr,
+        out,
+    )
+    if not progress:
+        result = run_sft(sft_cfg, out)
+    else:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        with Progress(
+            TextColumn("[bold]warm start"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("nll {task.fields[nll]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        ) as bar:
+            task = bar.add_task("sft", total=None, nll="-")
+
+            def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
+                bar.update(task, completed=step, total=total, nll=f"{metrics['sft/nll']:.3f}")
+
+            result = run_sft(sft_cfg, out, on_step=on_step)
+    log.info(
+        "warm start done in %.0f s: expert NLL %.3f -> %.3f, token accuracy %.3f",
+        result.wall_s,
+        result.initial_nll,
+        result.final_nll,
+        result.final_token_accuracy,
+    )
+    return out
+
+
+def warm_start_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The warm start's `sft_result.json` of a run, or None if it had none."""
+    from agentrl.sft.train import RESULT_FILE
+
+    path = Path(run_dir) / WARM_START_DIR / RESULT_FILE
+    return json.loads(path.read_text()) if path.is_file() else None

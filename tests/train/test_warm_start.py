@@ -1,0 +1,97 @@
+"""`warm_start`: `agentrl train` fine-tunes on the env's expert first, then RL starts there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from typer.testing import CliRunner
+
+from agentrl.cli import app
+from agentrl.rollout.models import load_model
+from agentrl.train.checkpoint import model_dir
+
+runner = CliRunner()
+
+WARM = [
+    "--set",
+    "warm_start.expert=solver",
+    "--set",
+    "warm_start.num_episodes=8",
+    "--set",
+    "warm_start.batch_size=4",
+    "--set",
+    "warm_start.max_actions_per_turn=1",
+    "--set",
+    "env.max_turns=10",  # one action per turn: the whole 10-action budget
+    "--set",
+    "logging.progress=false",
+    "--set",
+    "trainer.num_threads=1",
+]
+
+
+def _distance(a: Path | str, b: Path | str) -> float:
+    pa = dict(load_model(str(a)).named_parameters())
+    pb = dict(load_model(str(b)).named_parameters())
+    return sum(float((pa[k] - pb[k]).detach().norm()) for k in pa)
+
+
+def test_train_warm_starts_then_resume_reuses_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["train", "--env", "sokoban", "--model", "tiny", "--steps", "1"]
+    result = runner.invoke(app, [*args, "--run-dir", str(run_dir), *WARM])
+    assert result.exit_code == 0, result.output
+    ws = run_dir / "warm_start"
+    summary = json.loads((ws / "sft_result.json").read_text())
+    assert summary["num_trajectories"] == 8
+    assert summary["expert_success_rate"] == 1.0
+    assert summary["final_nll"] < summary["initial_nll"]
+    # RL started from the fine-tuned weights, not from the alias's random ones.
+    policy = model_dir(run_dir)
+    assert _distance(policy, ws) < 0.1 * _distance(policy, "tiny")
+    stamp = (ws / "sft_result.json").stat().st_mtime_ns
+
+    resumed = runner.invoke(app, ["train", "--resume", str(run_dir), "--steps", "2"])
+    assert resumed.exit_code == 0, resumed.output
+    assert (ws / "sft_result.json").stat().st_mtime_ns == stamp  # not trained again
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines][-1] == 2
+
+
+def test_warm_start_section_in_the_config(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["train", "--print-config", *WARM])
+    assert result.exit_code == 0, result.output
+    assert "expert: solver" in result.output
+    bad = runner.invoke(app, ["train", "--print-config", "--set", "warm_start.lr=0"])
+    assert bad.exit_code == 2
+    assert "warm_start.lr" in bad.output
+
+
+def test_logits_only_where_the_loss_is() -> None:
+    """`masked_nll` keeps logits at loss positions only; the NLL equals the full computation."""
+    import functools
+
+    from agentrl.algos.losses import token_logprobs_from_logits
+    from agentrl.envs import make
+    from agentrl.rollout.models import load_tokenizer
+    from agentrl.sft.data import expert_trajectories
+    from agentrl.sft.expert import get_expert
+    from agentrl.sft.train import masked_nll
+    from agentrl.train.batch import to_batch
+
+    tok = load_tokenizer("tiny")
+    model = load_model("tiny", dtype="float32")
+    factory = functools.partial(make, "sokoban")
+    trajs = expert_trajectories(factory, tok, range(4), get_expert("solver"), max_actions_per_turn=1)
+    batch = to_batch(trajs, pad_id=tok.pad_token_id)
+    nll, correct = masked_nll(model, batch)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits[:, :-1]
+    targets, mask = batch.input_ids[:, 1:], batch.loss_mask[:, 1:]
+    full = -(token_logprobs_from_logits(logits, targets) * mask).sum()
+    hits = ((logits.argmax(-1) == targets).float() * mask).sum()
+    assert torch.allclose(nll.detach(), full, rtol=1e-5)
+    assert float(correct) == float(hits)
