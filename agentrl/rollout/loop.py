@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing as mp
+import os
 import threading
 import time
 import warnings
@@ -68,6 +69,9 @@ def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]]]:
 class _ThreadEnvs:
     """Envs live in this process; their calls run in a thread pool.
 
+    The pool outlives the rollout (see `_take_thread_pool`), so its threads are already
+    running when the next rollout starts its episodes.
+
     With `inline_s`, env steps that are known to be fast run on the event loop itself: after
     `_NUM_PROBE_STEPS` steps in the pool each took less than `inline_s` seconds, later steps
     skip the thread hop (two event-loop wake-ups and a GIL hand-over each way). The first
@@ -76,13 +80,27 @@ class _ThreadEnvs:
 
     def __init__(self, factory: EnvFactory, num_workers: int, inline_s: float | None = None):
         self.factory = factory
-        self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-env")
+        self.num_workers = num_workers
+        self.pool = _take_thread_pool(num_workers)
         self.envs: dict[int, TokenEnv] = {}
         self.inline_s = inline_s
         self.num_fast_steps = 0
         self.slow = inline_s is None
         """True once a step was too slow to run inline (or inlining is off)."""
         self.num_inline_steps = 0
+        self.abandoned = False
+        """True once a call was given up while its thread may still run (a timeout): the pool
+        is then not reused."""
+
+    @property
+    def can_step_inline(self) -> bool:
+        """Whether the next env step runs on the event loop (`step_inline`)."""
+        return not self.slow and self.num_fast_steps >= _NUM_PROBE_STEPS
+
+    def step_inline(self, eid: int, action: str) -> Any:
+        """Run one env step on the calling thread (only when `can_step_inline`)."""
+        self.num_inline_steps += 1
+        return self._timed_step(eid, action)
 
     def _timed_step(self, eid: int, action: str) -> Any:
         t0 = time.perf_counter()
@@ -97,13 +115,13 @@ class _ThreadEnvs:
         else:
             self.num_fast_steps += 1
 
-    def _create(self, eid: int) -> tuple[str, int, list[dict[str, Any]]]:
-        env = self.envs[eid] = self.factory()
-        return _env_header(env)
-
     def _call(self, eid: int, method: str, arg: Any) -> Any:
+        if method == "start":
+            env = self.envs[eid] = self.factory()
+            return _env_header(env), env.reset(seed=arg)
         if method == "create":
-            return self._create(eid)
+            env = self.envs[eid] = self.factory()
+            return _env_header(env)
         if method == "reset":
             return self.envs[eid].reset(seed=arg)
         if method == "step":
@@ -112,20 +130,50 @@ class _ThreadEnvs:
         return env.close() if env is not None else None
 
     async def call(self, eid: int, method: str, arg: Any = None) -> Any:
+        if method == "step" and self.can_step_inline:
+            return self.step_inline(eid, arg)
         loop = asyncio.get_running_loop()
-        if method != "step" or self.slow:
+        timed = method == "step" and not self.slow
+        try:
+            if timed:
+                return await loop.run_in_executor(self.pool, self._timed_step, eid, arg)
             return await loop.run_in_executor(self.pool, self._call, eid, method, arg)
-        if self.num_fast_steps < _NUM_PROBE_STEPS:
-            return await loop.run_in_executor(self.pool, self._timed_step, eid, arg)
-        self.num_inline_steps += 1
-        return self._timed_step(eid, arg)
+        except asyncio.CancelledError:
+            self.abandoned = True
+            raise
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        _return_thread_pool(self.pool, self.num_workers, reusable=not self.abandoned)
 
 
 _NUM_PROBE_STEPS = 8
 """Env steps timed in the thread pool before fast ones may run inline."""
+
+_idle_thread_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+"""One idle env thread pool per (process id, size), kept between rollouts."""
+_idle_lock = threading.Lock()
+
+
+def _take_thread_pool(num_workers: int) -> ThreadPoolExecutor:
+    """An idle pool of `num_workers` threads left by an earlier rollout, or a new one.
+
+    A pool is used by one rollout at a time; concurrent rollouts get pools of their own.
+    The key holds the process id: a forked child never reuses its parent's threads.
+    """
+    with _idle_lock:
+        pool = _idle_thread_pools.pop((os.getpid(), num_workers), None)
+    return pool or ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-env")
+
+
+def _return_thread_pool(pool: ThreadPoolExecutor, num_workers: int, *, reusable: bool) -> None:
+    """Keep `pool` for the next rollout, unless a thread may still run an abandoned call or
+    an idle pool of its size is already kept."""
+    key = (os.getpid(), num_workers)
+    with _idle_lock:
+        if reusable and key not in _idle_thread_pools:
+            _idle_thread_pools[key] = pool
+            return
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _env_worker(conn: Any, factory: EnvFactory) -> None:
@@ -143,6 +191,9 @@ def _serve(
 ) -> tuple[bool, Any]:
     """One env call in a worker (process or Ray actor): `(True, result)` or `(False, error)`."""
     try:
+        if method == "start":  # create + reset in one call
+            env = envs[eid] = factory()
+            return True, (_env_header(env), env.reset(seed=arg))
         if method == "create":
             env = envs[eid] = factory()
             return True, _env_header(env)
@@ -321,7 +372,11 @@ async def _bounded(
     except _Failure:
         raise
     except Exception as e:
-        raise _Failure(status, f"{what} failed: {type(e).__name__}: {e}") from e
+        raise _failure(status, what, e) from e
+
+
+def _failure(status: Status, what: str, error: Exception) -> _Failure:
+    return _Failure(status, f"{what} failed: {type(error).__name__}: {error}")
 
 
 def _action_invalid(info: dict[str, Any]) -> bool:
@@ -343,14 +398,22 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
         nonlocal env_s
         t0 = time.monotonic()
         try:
+            envs = ctx.envs
+            if method == "step" and isinstance(envs, _ThreadEnvs) and envs.can_step_inline:
+                # a known-fast step: no task, timer or thread hop
+                if deadline is not None and t0 >= deadline:
+                    raise _OutOfTime
+                try:
+                    return envs.step_inline(eid, arg)
+                except Exception as e:
+                    raise _failure(Status.ENV_ERROR, "env step", e) from e
             coro = ctx.envs.call(eid, method, arg)
             return await _bounded(coro, step_s, deadline, Status.ENV_ERROR, f"env {method}")
         finally:
             env_s += time.monotonic() - t0
 
     try:
-        system_prompt, env_max_turns, tools = await env_call("create")
-        observation, _ = await env_call("reset", seed)
+        (system_prompt, env_max_turns, tools), (observation, _) = await env_call("start", seed)
         traj.system_prompt, traj.first_observation = system_prompt, observation
         tokens = EpisodeTokens(bridge, system_prompt, observation, tools=tools)
         if tokens.per_turn and bridge.prefix_preserving:  # only the tool conversation differs

@@ -20,6 +20,7 @@ engine core in a child process).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import tempfile
 import threading
@@ -111,6 +112,13 @@ class VLLMEngine:
         )
         self._thread.start()
         self._closed = False
+        self._outgoing: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        """Requests waiting for their caller's loop to hand them over (caller loops only)."""
+        self._finished: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        """Finished requests waiting for the hop back to their caller (vLLM loop only)."""
+        self._vllm_params: dict[SamplingParams, Any] = {}
+        self._id_prefix = uuid.uuid4().hex[:12]
+        self._request_ids = itertools.count()
         t0 = time.perf_counter()
 
         async def _start() -> AsyncLLM:
@@ -125,14 +133,30 @@ class VLLMEngine:
     # -- Engine protocol -------------------------------------------------------------------
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        """Complete every request; all are in flight in vLLM at once."""
+        """Complete every request; all are in flight in vLLM at once.
+
+        Requests from concurrent calls on one event loop (the episodes of a rollout) are
+        handed to vLLM together, once that loop has run every task that was ready: a burst
+        of episodes finishing a turn starts its next turn as one batch, with one hop to the
+        vLLM thread instead of one per request.
+        """
         if self._closed:
             raise RuntimeError("VLLMEngine is closed")
-        futures = [
-            asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._one(r), self._loop))
-            for r in requests
-        ]
-        return list(await asyncio.gather(*futures))
+        loop = asyncio.get_running_loop()
+        jobs = [_Job(r, loop.create_future()) for r in requests]
+        outgoing = self._outgoing.setdefault(loop, [])
+        if not outgoing:
+            loop.call_soon(self._flush, loop)
+        outgoing.extend(jobs)
+        try:
+            if len(jobs) == 1:  # an episode's turn: no gather future, no extra loop pass
+                return [await jobs[0].future]
+            return list(await asyncio.gather(*(job.future for job in jobs)))
+        except asyncio.CancelledError:
+            for job in jobs:
+                job.future.cancel()
+            self._loop.call_soon_threadsafe(self._cancel, jobs)
+            raise
 
     def update_weights(
         self, state_dict: Mapping[str, torch.Tensor], version: int, timeout: float | None = 300
@@ -189,6 +213,40 @@ class VLLMEngine:
             handler.cancel()
             await asyncio.gather(handler, return_exceptions=True)
 
+    def _flush(self, caller: asyncio.AbstractEventLoop) -> None:
+        """On the caller's loop: hand its waiting requests to the vLLM loop in one hop."""
+        jobs = [job for job in self._outgoing.pop(caller, []) if not job.future.done()]
+        if jobs:
+            self._loop.call_soon_threadsafe(self._submit, caller, jobs)
+
+    def _submit(self, caller: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
+        """On the vLLM loop: start one task per request."""
+        for job in jobs:
+            if job.task is None and not job.cancelled:
+                job.task = self._loop.create_task(self._one(job.request))
+                job.task.add_done_callback(lambda _, j=job: self._finish(caller, j))
+
+    def _cancel(self, jobs: list[_Job]) -> None:
+        """On the vLLM loop: the caller gave up on `jobs`; abort them in vLLM."""
+        for job in jobs:
+            job.cancelled = True
+            if job.task is not None:
+                job.task.cancel()
+
+    def _finish(self, caller: asyncio.AbstractEventLoop, job: _Job) -> None:
+        """On the vLLM loop: queue a finished job; one hop returns all that finish together."""
+        finished = self._finished.setdefault(caller, [])
+        if not finished:
+            self._loop.call_soon(self._deliver, caller)
+        finished.append(job)
+
+    def _deliver(self, caller: asyncio.AbstractEventLoop) -> None:
+        jobs = self._finished.pop(caller, [])
+        try:
+            caller.call_soon_threadsafe(_settle, jobs)
+        except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+            pass
+
     async def _one(self, request: GenerationRequest) -> Completion:
         from vllm.inputs import TokensPrompt
 
@@ -197,19 +255,29 @@ class VLLMEngine:
         async for out in self._llm.generate(
             TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
             self._sampling_params(request.params),
-            request_id=uuid.uuid4().hex,
+            request_id=f"{self._id_prefix}-{next(self._request_ids)}",
         ):
             final = out
         assert final is not None
         seq = final.outputs[0]
         ids = list(seq.token_ids)
-        logps = [float(step[token].logprob) for token, step in zip(ids, seq.logprobs, strict=True)]
+        logps = _sampled_logprobs(ids, seq.logprobs)
         reason = {"stop": "stop", "length": "length"}.get(seq.finish_reason or "", "abort")
         self.stats["requests"] += 1
         self.stats["sampled_tokens"] += len(ids)
         return Completion(ids, logps, reason, version)
 
     def _sampling_params(self, params: SamplingParams) -> Any:
+        """vLLM's sampling params for `params`, built once per distinct `params` (vLLM copies
+        them per request, so requests may share them)."""
+        cached = self._vllm_params.get(params)
+        if cached is None:
+            if len(self._vllm_params) >= _PARAMS_CACHE_SIZE:
+                self._vllm_params.clear()
+            cached = self._vllm_params[params] = self._new_sampling_params(params)
+        return cached
+
+    def _new_sampling_params(self, params: SamplingParams) -> Any:
         from vllm import SamplingParams as VSamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -228,7 +296,55 @@ class VLLMEngine:
             # one output per request, at the end: streaming every step would cost this
             # process (and its event loops) Python work per sampled id
             output_kind=RequestOutputKind.FINAL_ONLY,
+            flat_logprobs=True,  # plain lists, not a dict and a Logprob object per sampled id
         )
+
+
+class _Job:
+    """One request on its way from a caller's event loop through the vLLM loop and back."""
+
+    __slots__ = ("cancelled", "future", "request", "task")
+
+    def __init__(self, request: GenerationRequest, future: asyncio.Future[Completion]) -> None:
+        self.request = request
+        self.future = future
+        """Resolved on the caller's loop."""
+        self.task: asyncio.Task[Completion] | None = None
+        """The request's task on the vLLM loop."""
+        self.cancelled = False
+
+
+def _settle(jobs: list[_Job]) -> None:
+    """On the caller's loop: pass each finished task's result or error to its future."""
+    for job in jobs:
+        task = job.task
+        if task is None:
+            continue
+        error = None if task.cancelled() else task.exception()  # retrieved even if unused
+        if job.future.done():
+            continue
+        if task.cancelled():
+            job.future.cancel()
+        elif error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(task.result())
+
+
+_PARAMS_CACHE_SIZE = 256
+"""Distinct `SamplingParams` whose vLLM version `VLLMEngine` keeps (it clears when full)."""
+
+
+def _sampled_logprobs(ids: list[int], logprobs: Any) -> list[float]:
+    """The logprob of each sampled id, from vLLM's `FlatLogprobs` (or its list of dicts)."""
+    from vllm.logprobs import FlatLogprobs
+
+    if not isinstance(logprobs, FlatLogprobs):
+        return [float(step[token].logprob) for token, step in zip(ids, logprobs, strict=True)]
+    firsts = logprobs.start_indices  # the sampled id comes first at each position
+    if len(firsts) != len(ids) or [logprobs.token_ids[i] for i in firsts] != ids:
+        raise RuntimeError("vLLM returned logprobs that do not match the sampled ids")
+    return [float(logprobs.logprobs[i]) for i in firsts]
 
 
 def _as_list(value: Any) -> list[int]:

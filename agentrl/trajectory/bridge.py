@@ -27,10 +27,10 @@ turns). `ChatBridge.prefix_preserving` is False for those, and `EpisodeTokens` t
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
 from typing import Any
 
 from agentrl.envs.base import Observation
@@ -134,6 +134,8 @@ class ChatBridge:
             )
         self.tokenizer = tokenizer
         self._prompt_cache: dict[tuple[str, str, str], list[int]] = {}
+        self._backend_checked = False
+        self._backend_checked = self._backend_matches_wrapper()
         self.end_of_turn_ids: list[int] = self._end_of_turn_ids()
         """Ids the template writes right after an assistant message (e.g. `<|im_end|>\\n`)."""
         eos = tokenizer.eos_token_id
@@ -186,7 +188,47 @@ class ChatBridge:
 
     def encode(self, text: str) -> list[int]:
         """Ids for template text (special tokens in the text are parsed, none are added)."""
+        backend = self._plain_backend()
+        if backend is not None:
+            return list(backend.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _plain_backend(self) -> Any:
+        """The fast tokenizer's `tokenizers.Tokenizer`, when calling it directly gives what
+        transformers' wrapper would; else None.
+
+        The wrapper's Python costs about as much as encoding a short text, and the bridge
+        encodes one text per turn. The backend is used only if it matched the wrapper on a
+        rendered conversation when the bridge was built (`_backend_matches_wrapper`) and has
+        no truncation or padding left on it by another caller (the wrapper would reset them).
+        """
+        if not self._backend_checked:
+            return None
+        backend = self.tokenizer.backend_tokenizer
+        if (
+            backend.truncation is not None
+            or backend.padding is not None
+            or backend.encode_special_tokens
+            != bool(getattr(self.tokenizer, "split_special_tokens", False))
+        ):
+            return None
+        return backend
+
+    def _backend_matches_wrapper(self) -> bool:
+        """Whether the backend gives the wrapper's ids and offsets on a rendered conversation
+        (a tokenizer class may add its own steps to the wrapper)."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None or not getattr(self.tokenizer, "is_fast", False):
+            return False
+        messages = _first_messages("You solve puzzles.", "Start the puzzle.") + [
+            {"role": "assistant", "content": f"{PLACEHOLDER} Up\n"},
+            {"role": "user", "content": "The box moved up. 12 steps left!\n\n  Next?"},
+        ]
+        text = self.render_text(messages, add_generation_prompt=True)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        direct = backend.encode(text, add_special_tokens=False)  # right after the wrapper
+        offsets = [tuple(o) for o in enc["offset_mapping"]]
+        return list(enc["input_ids"]) == direct.ids and offsets == direct.offsets
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """Text of `ids`, for display and for the env; never re-encoded for training."""
@@ -236,11 +278,16 @@ class ChatBridge:
             f"token boundary (after {PLACEHOLDER!r}: {text[cut : cut + 20]!r})"
         )
         if getattr(self.tokenizer, "is_fast", False):
-            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-            ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+            backend = self._plain_backend()
+            if backend is not None:
+                encoding = backend.encode(text, add_special_tokens=False)
+                ids, offsets = encoding.ids, encoding.offsets
+            else:
+                enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+                ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
             ends = [end for _, end in offsets]
-            if len(offsets) == len(ids) and all(a <= b for a, b in pairwise(ends)):
-                split = next((j for j, end in enumerate(ends) if end > cut), len(ids))
+            if len(offsets) == len(ids) and ends == sorted(ends):  # non-decreasing
+                split = bisect.bisect_right(ends, cut)  # the first token ending past `cut`
                 if split < len(ids) and offsets[split][0] < cut:
                     raise boundary_error
                 return ids[split:]

@@ -1,14 +1,21 @@
-"""Where env calls run: the thread executor runs known-fast steps inline on the event loop."""
+"""Where env calls run: the thread executor runs known-fast steps inline on the event loop,
+and its pool serves the next rollout too."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.envs.base import TokenEnv
-from agentrl.rollout.loop import _NUM_PROBE_STEPS, _ThreadEnvs
+from agentrl.rollout import loop as loop_module
+from agentrl.rollout.config import RolloutConfig
+from agentrl.rollout.loop import _NUM_PROBE_STEPS, _ThreadEnvs, rollout
+from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.types import Status
 
 
 class ThreadRecordingEnv(TokenEnv):
@@ -77,3 +84,50 @@ def test_inline_off() -> None:
     envs = _ThreadEnvs(ThreadRecordingEnv, 2, inline_s=None)
     threads, loop_thread = _steps(envs, _NUM_PROBE_STEPS + 4)
     assert loop_thread not in threads and envs.num_inline_steps == 0
+
+
+class ThreadLogEnv(ScriptedEnv):
+    """Records the thread of each reset, step and close (class-wide)."""
+
+    threads: ClassVar[set[int]] = set()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+        ThreadLogEnv.threads.add(threading.get_ident())
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str):  # type: ignore[no-untyped-def]
+        ThreadLogEnv.threads.add(threading.get_ident())
+        return super().step(action)
+
+    def close(self) -> None:
+        ThreadLogEnv.threads.add(threading.get_ident())
+        super().close()
+
+
+def _rollout_threads(num_workers: int, **cfg: Any) -> tuple[set[int], Any]:
+    tok = build_tokenizer("chatml")
+    ThreadLogEnv.threads.clear()
+    env = functools.partial(ThreadLogEnv, min_steps=2, max_steps=2, **cfg.pop("env", {}))
+    result = rollout(
+        ScriptedEngine(plain_vocab_ids(tok), seed=0), env, tok, [0, 1, 2], group_size=2,
+        cfg=RolloutConfig(num_env_workers=num_workers, **cfg),
+    )  # fmt: skip
+    return ThreadLogEnv.threads - {threading.get_ident()}, result
+
+
+def test_the_thread_pool_is_reused_by_the_next_rollout() -> None:
+    first, _ = _rollout_threads(3)
+    pool = loop_module._idle_thread_pools[(os.getpid(), 3)]
+    second, _ = _rollout_threads(3)
+    workers = {t.ident for t in pool._threads}
+    assert first and first <= workers and second <= workers  # the same threads, none new
+    assert loop_module._idle_thread_pools[(os.getpid(), 3)] is pool
+
+
+def test_a_pool_with_an_abandoned_call_is_not_reused() -> None:
+    """A timed-out step may still hold its thread: the next rollout gets a new pool."""
+    _, result = _rollout_threads(5, env={"latency_s": (0.3, 0.3)}, env_step_timeout_s=0.05)
+    assert all(t.status == Status.ENV_ERROR for t in result.trajectories)
+    assert (os.getpid(), 5) not in loop_module._idle_thread_pools
+    _rollout_threads(5)
+    assert (os.getpid(), 5) in loop_module._idle_thread_pools

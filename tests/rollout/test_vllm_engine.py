@@ -105,6 +105,46 @@ def test_many_concurrent_episode_tasks(engine) -> None:
     assert [len(c.token_ids) for c in results] == [3 + i % 5 for i in range(24)]
 
 
+def test_concurrent_callers_reach_vllm_in_one_hop(engine, monkeypatch) -> None:
+    """Requests from episode tasks woken together go to the vLLM thread as one batch; the
+    results come back to each caller, in order."""
+    batches: list[int] = []
+    submit = engine._submit
+    monkeypatch.setattr(
+        engine, "_submit", lambda loop, jobs: batches.append(len(jobs)) or submit(loop, jobs)
+    )
+
+    async def episode(i: int) -> Completion:
+        params = SamplingParams(max_new_tokens=4, seed=i, ignore_eos=True)
+        return (await engine.generate([GenerationRequest([1, 30 + i, 31], params)]))[0]
+
+    async def main() -> list[Completion]:
+        return await asyncio.gather(*(episode(i) for i in range(12)))
+
+    together = asyncio.run(main())
+    assert batches == [12]
+    alone = [asyncio.run(episode(i)) for i in (0, 7)]
+    assert [c.token_ids for c in alone] == [together[0].token_ids, together[7].token_ids]
+
+
+def test_a_cancelled_generate_is_aborted_in_vllm(engine) -> None:
+    params = SamplingParams(max_new_tokens=400, seed=0, ignore_eos=True)
+    served = engine.stats["requests"]
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(engine.generate([GenerationRequest([1, 2, 3], params)]), 0.2)
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while engine._llm.get_num_unfinished_requests() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine._llm.get_num_unfinished_requests() == 0
+    assert engine.stats["requests"] == served  # aborted, not run to its 400 ids
+    short = SamplingParams(max_new_tokens=3, seed=0, ignore_eos=True)
+    assert len(generate_sync(engine, [GenerationRequest([1, 2, 3], short)])[0].token_ids) == 3
+
+
 def test_update_weights_in_place(engine, tiny_model_path: Path) -> None:
     other = load_model(str(tiny_model_path), dtype="float32")
     torch.manual_seed(7)
