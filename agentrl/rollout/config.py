@@ -59,6 +59,11 @@ class RolloutConfig(_Section):
     """Turns before an episode is truncated; None uses the env's own `max_turns`."""
     max_context_tokens: int = Field(4096, ge=8)
     """Prompt + sampled + observation ids allowed in one sequence; past it, `truncated`."""
+    history_turns: int | None = Field(None, ge=0)
+    """Earlier turns each prompt keeps. None: the whole conversation, one growing sequence per
+    episode. k: the system prompt, the last k turns (answer + observation) and the new
+    observation, so each turn is its own sample with its own prompt (for envs whose
+    observation is the whole state, e.g. Sokoban; 0 keeps only the current observation)."""
     episode_timeout_s: float | None = Field(None, gt=0)
     """Wall-clock budget of one episode; when it runs out the episode ends `truncated`."""
     env_step_timeout_s: float | None = Field(60.0, gt=0)

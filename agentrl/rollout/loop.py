@@ -415,8 +415,10 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
     try:
         (system_prompt, env_max_turns, tools), (observation, _) = await env_call("start", seed)
         traj.system_prompt, traj.first_observation = system_prompt, observation
-        tokens = EpisodeTokens(bridge, system_prompt, observation, tools=tools)
-        if tokens.per_turn and bridge.prefix_preserving:  # only the tool conversation differs
+        tokens = EpisodeTokens(
+            bridge, system_prompt, observation, tools=tools, history_turns=cfg.history_turns
+        )
+        if not tokens.template_ok and bridge.prefix_preserving:  # only the tool conversation
             _warn_once(bridge, tokens.probe_error, tools=True)
         max_turns = cfg.max_turns or env_max_turns
         stops = ctx.sampling.stop_token_ids + tuple(

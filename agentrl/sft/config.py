@@ -42,6 +42,9 @@ class SFTConfig(BaseModel):
     """Actions per expert answer; None uses the env's own per-turn limit."""
     max_context_tokens: int = Field(default=2048, ge=8)
     """Longest episode sequence; longer expert episodes end `truncated` (still trained on)."""
+    history_turns: int | None = Field(default=None, ge=0)
+    """Earlier turns each prompt keeps (`rollout.history_turns` of the RL run that follows);
+    None keeps the whole conversation."""
     num_epochs: int = Field(default=3, gt=0)
     """Passes over the expert trajectories."""
     batch_size: int = Field(default=16, gt=0)

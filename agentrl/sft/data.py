@@ -36,16 +36,20 @@ def expert_episode(
     max_actions_per_turn: int | None = None,
     max_context_tokens: int = 4096,
     env_name: str = "",
+    history_turns: int | None = None,
 ) -> Trajectory:
     """Play one episode of `env` from `seed` with `expert`; the token-exact trajectory.
 
     The status is `ok` when the env terminated, `truncated` when a budget ran out first.
+    `history_turns` windows the prompts as the rollout's `RolloutConfig.history_turns` does.
     """
     observation, _ = env.reset(seed=seed)
     traj = Trajectory(samples=[], turns=[], env_name=env_name, seed=seed, group_id=group_id)
     traj.system_prompt, traj.first_observation = env.system_prompt, observation
     tools = [dict(t) for t in (getattr(env, "tools", None) or [])]
-    tokens = EpisodeTokens(bridge, env.system_prompt, observation, tools=tools)
+    tokens = EpisodeTokens(
+        bridge, env.system_prompt, observation, tools=tools, history_turns=history_turns
+    )
     for t in range(env.max_turns):
         text = expert(env, max_actions_per_turn)
         ids = expert_ids(bridge, text)
@@ -86,6 +90,7 @@ def expert_trajectories(
     max_actions_per_turn: int | None = None,
     max_context_tokens: int = 4096,
     env_name: str = "",
+    history_turns: int | None = None,
 ) -> list[Trajectory]:
     """One expert episode per seed (group id = position in `seeds`)."""
     bridge = ChatBridge(tokenizer)
@@ -101,6 +106,7 @@ def expert_trajectories(
                 max_actions_per_turn=max_actions_per_turn,
                 max_context_tokens=max_context_tokens,
                 env_name=env_name,
+                history_turns=history_turns,
             )
             for i, seed in enumerate(seeds)
         ]

@@ -156,6 +156,7 @@ def run_sft(
         max_actions_per_turn=cfg.max_actions_per_turn,
         max_context_tokens=cfg.max_context_tokens,
         env_name=cfg.env.name,
+        history_turns=cfg.history_turns,
     )
     write_trajectories(
         out_dir / TRAJECTORIES_FILE,
@@ -233,6 +234,7 @@ def run_sft(
             max_new_tokens=cfg.eval_max_new_tokens,
             seed_offset=cfg.eval_seed_offset,
             seed=cfg.seed,
+            history_turns=cfg.history_turns,
         )
     result.wall_s = time.perf_counter() - start
     (out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
@@ -250,6 +252,7 @@ def evaluate_model(
     seed_offset: int = 1_000_000,
     seed: int = 0,
     max_context_tokens: int = 4096,
+    history_turns: int | None = None,
 ) -> dict[str, float]:
     """Validation success of `model` (HF engine, in-process) on the fixed validation seeds,
     the protocol of `agentrl eval`: one episode per seed, sampled at `temperature`."""
@@ -271,7 +274,9 @@ def evaluate_model(
             tokenizer,
             num_episodes=num_episodes,
             seed_offset=seed_offset,
-            rollout_cfg=RolloutConfig(max_context_tokens=max_context_tokens),
+            rollout_cfg=RolloutConfig(
+                max_context_tokens=max_context_tokens, history_turns=history_turns
+            ),
             sampling=sampling.to_params(),
             env_name=env_name,
         )

@@ -105,6 +105,10 @@ def train(
         str | None, typer.Option("--backend", help="Training backend: local, fsdp2 or deepspeed.")
     ] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run the engines as Ray actors.")] = False,
+    no_warm_start: Annotated[
+        bool,
+        typer.Option("--no-warm-start", help="Skip the env defaults' expert warm start (RL only)."),
+    ] = False,
     config: Annotated[
         Path | None,
         typer.Option("-c", "--config", help="YAML config file (sections as in --print-config)."),
@@ -136,7 +140,11 @@ def train(
         bool, typer.Option("--print-config", help="Print the resolved config as YAML and exit.")
     ] = False,
 ) -> None:
-    """Train a policy with RL on a multi-turn env (CPU defaults: SmolLM2-135M, GRPO)."""
+    """Train a policy with RL on a multi-turn env.
+
+    CPU defaults: SmolLM2-135M with GRPO; for `sokoban`, the `tiny` model with a warm start on
+    the solver's episodes, then StarPO-S (agentrl/train/defaults/cpu-sokoban.yaml).
+    """
     from agentrl.algos.presets import UnknownPresetError
     from agentrl.config import ConfigError, dump_config
 
@@ -146,6 +154,7 @@ def train(
         "engine.name": engine,
         "trainer.backend": backend,
         "engine.ray": "true" if ray else None,
+        "warm_start.expert": "null" if no_warm_start else None,
         "trainer.num_steps": steps,
     }
     base_file = None
@@ -210,6 +219,14 @@ def eval_cmd(
         typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds)."),
     ] = 1_000_000,
     engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
+    history_turns: Annotated[
+        int | None,
+        typer.Option(
+            "--history-turns",
+            help="Earlier turns in each prompt (rollout.history_turns); default: a run "
+            "directory's own setting, else the whole conversation.",
+        ),
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Env keyword argument key=value (repeatable).")
     ] = None,
@@ -226,12 +243,17 @@ def eval_cmd(
     from agentrl.train.evaluate import evaluate
 
     path = Path(model)
+    env_kwargs: dict[str, Any] = {}
     if path.exists():
         try:
             model = str(model_dir(path))
         except FileNotFoundError as e:
             _fail(str(e))
-    env_kwargs = {}
+        run_cfg = _run_config(path)
+        if run_cfg is not None and run_cfg.env.name == env:
+            env_kwargs.update(run_cfg.env.kwargs)  # the env as the run trained on it
+            if history_turns is None:
+                history_turns = run_cfg.rollout.history_turns
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -254,7 +276,7 @@ def eval_cmd(
             tokenizer,
             num_episodes=episodes,
             seed_offset=seed_offset,
-            rollout_cfg=RolloutConfig(),
+            rollout_cfg=RolloutConfig(history_turns=history_turns),
             sampling=sampling.to_params(),
             env_name=env,
         )
@@ -265,6 +287,16 @@ def eval_cmd(
         f"(seeds {seed_offset}..{seed_offset + episodes - 1}, temperature {temperature:g}); "
         f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
     )
+
+
+def _run_config(path: Path) -> Any:
+    """The config of the run `path` is (or is inside, for a checkpoint), else None."""
+    from agentrl.config import load_config
+
+    for folder in (path, *path.parents[:2]):
+        if (folder / "config.yaml").is_file() and (folder / "metrics.jsonl").is_file():
+            return load_config(folder / "config.yaml")
+    return None
 
 
 def export(

@@ -32,6 +32,7 @@ def sft_config(cfg: Any) -> Any:
         batch_size=ws.batch_size,
         max_actions_per_turn=ws.max_actions_per_turn,
         max_context_tokens=cfg.rollout.max_context_tokens,
+        history_turns=cfg.rollout.history_turns,
         optim={"lr": ws.lr},
         eval_seed_offset=cfg.eval.seed_offset,
         seed=cfg.seed,

@@ -381,7 +381,9 @@ class EpisodeTokens:
     In single-sequence mode (prefix-preserving template) `prompt_ids` is always the whole
     sequence so far, so each engine request is exactly a prefix of the final sample. In
     per-turn mode each turn gets its own sample: the template's full rendering of the
-    conversation so far, then the sampled ids.
+    conversation so far, then the sampled ids. Per-turn mode is used when the template is not
+    prefix-preserving, and when `history_turns` is set: then a prompt renders only the system
+    message, the last `history_turns` turns and the new observation.
     """
 
     def __init__(
@@ -390,6 +392,7 @@ class EpisodeTokens:
         system_prompt: str,
         first_observation: Observation,
         tools: Tools | None = None,
+        history_turns: int | None = None,
     ):
         self.bridge = bridge
         self.system_prompt = system_prompt
@@ -397,8 +400,13 @@ class EpisodeTokens:
         self.tools: list[dict[str, Any]] = [dict(t) for t in tools] if tools else []
         """The env's tool schemas, rendered into the first prompt."""
         ok, self.probe_error = bridge.probe(self.tools)
-        self.per_turn = not ok
+        self.template_ok = ok
+        """False when the template is not prefix-preserving for this conversation."""
+        self.history_turns = history_turns
+        self.per_turn = not ok or history_turns is not None
         self._messages = bridge.first_messages(system_prompt, first_observation, self.tools)
+        head = 1 if self._messages and self._messages[0]["role"] == "system" else 0
+        self._obs_starts = [head]  # where each observation's messages begin in `_messages`
         self._seq = Sample([], [], [], [])
         self._done: list[Sample] = []
         self._sampled_into_current = False
@@ -433,7 +441,7 @@ class EpisodeTokens:
     def next_ids(self, observation: Observation, sampled_ids: Sequence[int]) -> list[int]:
         """The ids that `add_observation` would add (to check the context budget first)."""
         if self.per_turn:
-            return self.bridge.render_ids(self._messages + to_messages(observation), self.tools)
+            return self.bridge.render_ids(self._window(to_messages(observation)), self.tools)
         return self.bridge.observation_ids(
             self.system_prompt,
             self.first_observation,
@@ -441,6 +449,15 @@ class EpisodeTokens:
             sampled_ids=sampled_ids,
             tools=self.tools,
         )
+
+    def _window(self, new: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The next prompt's messages: everything, or the system message + the last
+        `history_turns` turns + the new observation `new`."""
+        if self.history_turns is None:
+            return self._messages + new
+        starts = [*self._obs_starts, len(self._messages)]
+        start = starts[max(0, len(starts) - 1 - self.history_turns)]
+        return self._messages[: self._obs_starts[0]] + self._messages[start:] + new
 
     def next_length(self, ids: Sequence[int]) -> int:
         """Length of the next prompt if `ids` (from `next_ids`) are added."""
@@ -450,6 +467,7 @@ class EpisodeTokens:
         """Append the observation's ids from `next_ids` (mask 0) and start the next prompt."""
         if self.per_turn:
             self._done.append(self._seq)
+            self._obs_starts.append(len(self._messages))
             self._messages.extend(to_messages(observation))
             self._seq = Sample([], [], [], [])
             self._sampled_into_current = False

@@ -207,3 +207,31 @@ def test_process_pool_envs() -> None:
     assert all(t.status == Status.ENV_ERROR for t in result.trajectories)
     assert all("failure on step 2" in t.error for t in result.trajectories)
     assert all(t.num_turns == 2 and t.turns[0].info["valid"] for t in result.trajectories)
+
+
+@pytest.mark.parametrize("family", sorted(TOK))
+@pytest.mark.parametrize("history_turns", [0, 1])
+def test_history_window_prompts_keep_system_and_last_turns(family, history_turns) -> None:
+    """`history_turns=k`: one sample per turn whose prompt is the template's rendering of the
+    system message, the last k turns and the new observation; sampled ids stay verbatim."""
+    env = functools.partial(ScriptedEnv, min_steps=4, max_steps=5)
+    engine, result = _run(family, env=env, history_turns=history_turns, max_turns=6)
+    _check_engine_log_matches(engine, result)
+    bridge = BRIDGE[family]
+    for traj in result.trajectories:
+        assert traj.per_turn_samples and len(traj.samples) == traj.num_turns >= 4
+        messages = bridge.first_messages(traj.system_prompt, traj.first_observation)
+        head, turns = messages[:1], [messages[1:]]  # ScriptedEnv always has a system prompt
+        for t, (sample, turn) in enumerate(zip(traj.samples, traj.turns, strict=True)):
+            window = turns[-1 - history_turns :] if t else turns
+            expected = bridge.render_ids([m for part in (head, *window) for m in part])
+            prompt_len = sample.loss_mask.index(1)
+            assert sample.token_ids[:prompt_len] == expected
+            answer = {"role": "assistant", "content": bridge.decode(
+                sample.token_ids[prompt_len:], skip_special_tokens=True)}  # fmt: skip
+            if turn.observation is not None and not turn.terminated:
+                obs = turn.observation
+                obs = [{"role": "user", "content": obs}] if isinstance(obs, str) else obs
+                turns[-1] = [*turns[-1], answer]
+                turns.append([{"role": m["role"], "content": m["content"]} for m in obs])
+    assert result.metrics["rollout/per_turn_sample_rate"] == 1.0
