@@ -1,15 +1,17 @@
 """Does the policy learn Sokoban? Presets side by side, same budget, several seeds.
 
 For each preset (`starpo-s`, `starpo` with a PPO critic, `grpo`) and each seed, RL-train the
-starting policy on `sokoban` (6x6, 1 box, 10 actions in up to 5 turns) for the same budget
-(steps and/or wall-clock minutes), then evaluate on the fixed validation protocol (RAGEN's):
+starting policy on `sokoban` (6x6, 1 box, 10 actions) with `agentrl train --env sokoban`'s CPU
+defaults (`agentrl/train/defaults/cpu-sokoban.yaml`: one action per turn, up to 10 turns) for
+the same budget (steps and/or wall-clock minutes), then evaluate on the fixed validation
+protocol (RAGEN's):
 `--eval-episodes` validation seeds from 1,000,000 (disjoint from training seeds), temperature
 0.5, success = solved within the action budget. Beside every result: the floor (a uniformly
 random policy, 5 random actions per turn) and the ceiling (the exact solver) on the same seeds.
 
 The starting policy is `--init` (a model folder, e.g. from `agentrl sft`), or `--sft` runs
-the expert warm start first (`agentrl sft --env sokoban --expert solver`), or the plain
-`--model` (RL only).
+the defaults' warm start once (SFT on the solver's episodes, as `agentrl train` does before
+RL) and every run starts from it, or the plain `--model` (RL only).
 
 Writes into `--out` (default results/): `learn_sokoban.md` (the table), `learn_sokoban.json`
 (every number), `learn_sokoban_curves.png` (success curves of every run, `agentrl plot`'s
@@ -18,7 +20,7 @@ function) and `runs/` (each run's metrics.jsonl, config.yaml; checkpoints are re
     # smoke run (about 2 minutes on 2 cores)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learn_sokoban.py --quick --out /tmp/ls
     # the comparison in results/ (see results/learn_sokoban.md for the exact command used)
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learn_sokoban.py --sft --steps 30
+    .venv/bin/python benchmarks/learn_sokoban.py --sft --minutes 20
 """
 
 from __future__ import annotations
@@ -33,10 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 ROOT = Path(__file__).resolve().parents[1]
-RECIPE = ROOT / "examples" / "sokoban-tiny-sft.yaml"
 ENV = "sokoban"
 SEED_OFFSET = 1_000_000
 
@@ -64,13 +63,24 @@ def floor_and_ceiling(num_episodes: int) -> dict[str, float]:
     }
 
 
-def validation_success(model: str, num_episodes: int, max_new_tokens: int) -> float:
+def base_config(preset: str | None, overrides: list[str]) -> Any:
+    """`agentrl train --env sokoban [--preset P] [--set ...]`'s resolved config."""
+    from agentrl.train._cli import resolve_train_config
+
+    return resolve_train_config(
+        config_file=None, overrides=overrides, preset=preset, flags={"env.name": ENV}
+    )
+
+
+def validation_success(model: str, num_episodes: int, max_new_tokens: int, cfg: Any) -> float:
     """The validation protocol: one episode per validation seed at temperature 0.5."""
     from agentrl.sft.train import evaluate_model
 
     result = evaluate_model(
         model,
         ENV,
+        cfg.env.kwargs,
+        history_turns=cfg.rollout.history_turns,
         num_episodes=num_episodes,
         temperature=0.5,
         max_new_tokens=max_new_tokens,
@@ -79,39 +89,36 @@ def validation_success(model: str, num_episodes: int, max_new_tokens: int) -> fl
     return result["success_rate"]
 
 
-def warm_start(args: argparse.Namespace, out: Path) -> str:
-    """Run the expert SFT warm start; returns the model folder."""
-    from agentrl.sft.config import SFTConfig
-    from agentrl.sft.train import run_sft
+def warm_start(args: argparse.Namespace, out: Path) -> tuple[str, float]:
+    """Run the defaults' warm start (SFT on the solver) into `out`; (model folder, seconds)."""
+    from agentrl.train.warm_start import warm_start as run_warm_start
 
-    cfg = SFTConfig(
-        model=args.model,
-        num_episodes=args.sft_episodes,
-        num_epochs=args.sft_epochs,
-        batch_size=32,
-        optim={"lr": args.sft_lr, "warmup_steps": 10, "schedule": "cosine", "min_lr_ratio": 0.1},
-    )
-    result = run_sft(cfg, out)
+    start = time.perf_counter()
+    cfg = base_config(None, [f"model.name={args.model}", *args.set])
+    cfg.logging.progress = False
+    folder = run_warm_start(cfg, out)
+    wall_s = time.perf_counter() - start
+    (folder / "expert_trajectories.jsonl").unlink(missing_ok=True)  # ~250 MB: keep results small
+    result = json.loads((folder / "sft_result.json").read_text())
     print(
-        f"sft: {result.num_trajectories} expert episodes, NLL {result.initial_nll:.3f} -> "
-        f"{result.final_nll:.3f} in {result.wall_s:.0f} s",
+        f"warm start: {result['num_trajectories']} expert episodes, NLL "
+        f"{result['initial_nll']:.3f} -> {result['final_nll']:.3f} in {wall_s:.0f} s",
         flush=True,
     )
-    return str(out)
+    return str(folder), wall_s
 
 
 def train_run(
     preset: str, seed: int, init: str, run_dir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """RL from `init` with `preset` for the budget; returns the run's summary."""
-    import yaml
-
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.config import dump_config
     from agentrl.train.metrics import read_metrics
     from agentrl.train.trainer import Trainer
 
     overrides = [
         f"model.name={init}",
+        "warm_start.expert=null",  # `init` is the starting policy
         f"seed={seed}",
         f"trainer.num_steps={args.steps}",
         f"eval.every={args.eval_every}",
@@ -126,17 +133,7 @@ def train_run(
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    # The recipe's own `algo:` section would override the preset (a `-c` file beats
-    # `--preset`), so the comparison uses the recipe without it.
-    recipe = yaml.safe_load(RECIPE.read_text())
-    recipe.pop("algo", None)
-    recipe_file = run_dir / "recipe.yaml"
-    recipe_file.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    cfg = resolve_train_config(
-        config_file=recipe_file, overrides=overrides, preset=preset, flags={}, base_file=None
-    )
-    from agentrl.config import dump_config
-
+    cfg = base_config(preset, overrides)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     start = time.perf_counter()
     trainer = Trainer(cfg, run_dir)
@@ -157,7 +154,9 @@ def train_run(
     wall_s = time.perf_counter() - start
     from agentrl.train.checkpoint import model_dir
 
-    final = validation_success(str(model_dir(run_dir)), args.eval_episodes, args.max_new_tokens)
+    final = validation_success(
+        str(model_dir(run_dir)), args.eval_episodes, args.max_new_tokens, cfg
+    )
     records = read_metrics(run_dir)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # keep results/ small
     return {
@@ -181,8 +180,13 @@ def write_table(summary: dict[str, Any], out: Path) -> Path:
         f"Validation: {n} fixed seeds from {SEED_OFFSET}, temperature 0.5, success = solved "
         "within 10 actions. Floor (uniform random policy): "
         f"**{fc['random']:.1%}**; ceiling (exact solver): **{fc['solver']:.1%}**.",
-        f"Starting policy `{summary['init_name']}`: **{summary['start_success']:.1%}**. "
-        f"Budget per run: {summary['budget']}. Machine: {summary['machine']}.",
+        f"Starting policy `{summary['init_name']}`: **{summary['start_success']:.1%}**"
+        + (
+            f" (warm start: {summary['sft_wall_s'] / 60:.1f} min). "
+            if summary["sft_wall_s"]
+            else ". "
+        )
+        + f"RL budget per run: {summary['budget']}. Machine: {summary['machine']}.",
         "",
         "| preset | seeds | final success (mean ± sd) | per seed | gain over start "
         "| wall time / run | collapse warning |",
@@ -219,12 +223,16 @@ def main() -> None:
     p.add_argument("--seeds", default="0,1,2", help="Comma-separated run seeds.")
     p.add_argument("--steps", type=int, default=200, help="RL steps per run (the budget).")
     p.add_argument("--minutes", type=float, default=0.0, help="Also stop a run after this.")
+    p.add_argument(
+        "--total-minutes",
+        type=float,
+        default=0.0,
+        help="Budget of warm start + RL: each run's RL stops at this minus the warm start.",
+    )
     p.add_argument("--model", default="tiny", help="Model to start from (with --sft: to SFT).")
     p.add_argument("--init", default=None, help="Start from this model folder (e.g. SFT output).")
-    p.add_argument("--sft", action="store_true", help="Run the expert SFT warm start first.")
-    p.add_argument("--sft-episodes", type=int, default=2048, help="Expert episodes for --sft.")
-    p.add_argument("--sft-epochs", type=int, default=4, help="SFT epochs for --sft.")
-    p.add_argument("--sft-lr", type=float, default=2e-3, help="SFT learning rate for --sft.")
+    p.add_argument("--sft", action="store_true", help="Run the defaults' warm start first.")
+    p.add_argument("--threads", type=int, default=2, help="Torch threads (the 2 CPU cores).")
     p.add_argument("--eval-episodes", type=int, default=256, help="Final validation episodes.")
     p.add_argument("--eval-every", type=int, default=10, help="Validation curve interval.")
     p.add_argument("--curve-episodes", type=int, default=64, help="Episodes per curve point.")
@@ -236,18 +244,24 @@ def main() -> None:
     if args.quick:
         args.seeds, args.steps, args.eval_episodes = "0", 2, 16
         args.eval_every, args.curve_episodes = 1, 8
-        args.sft_episodes, args.sft_epochs = 64, 1
+        args.set = ["warm_start.num_episodes=64", *args.set]
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    args.set = [f"trainer.num_threads={args.threads}", *args.set]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     fc = floor_and_ceiling(args.eval_episodes)
     print(f"floor (random) {fc['random']:.3f}, ceiling (solver) {fc['solver']:.3f}", flush=True)
     init = args.init or args.model
+    sft_wall_s = 0.0
     if args.sft and not args.init:
-        init = warm_start(args, out / "runs" / "sft")
-    start_success = validation_success(init, args.eval_episodes, args.max_new_tokens)
+        init, sft_wall_s = warm_start(args, out / "runs")
+    if args.total_minutes:
+        args.minutes = max(args.total_minutes - sft_wall_s / 60, 0.1)
+        print(f"RL budget per run: {args.minutes:.1f} min", flush=True)
+    cfg = base_config(None, list(args.set))
+    start_success = validation_success(init, args.eval_episodes, args.max_new_tokens, cfg)
     print(f"starting policy {init}: validation success {start_success:.3f}", flush=True)
 
     by_preset: dict[str, list[dict[str, Any]]] = {}
@@ -268,8 +282,8 @@ def main() -> None:
         curves,
         keys=("success_rate", "eval/success_rate", "reward/in_group_std", "actor/entropy"),
     )
-    init_name = "sft(tiny)" if args.sft and not args.init else init
-    budget = f"{args.steps} steps" + (f" or {args.minutes:g} min" if args.minutes else "")
+    init_name = f"warm start of {args.model}" if args.sft and not args.init else init
+    budget = f"{args.steps} steps" + (f" or {args.minutes:.1f} min" if args.minutes else "")
     summary = {
         "floor_ceiling": fc,
         "eval_episodes": args.eval_episodes,
@@ -277,12 +291,12 @@ def main() -> None:
         "init": init,
         "init_name": init_name,
         "start_success": start_success,
+        "sft_wall_s": sft_wall_s,
         "budget": budget,
-        "machine": f"{os.cpu_count()} CPU cores (shared), torch threads 1",
+        "machine": f"{os.cpu_count()} CPU cores, torch threads {args.threads}",
         "by_preset": by_preset,
         "curves": str(curves.relative_to(out)) if curves.is_relative_to(out) else str(curves),
-        "command": "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learn_sokoban.py "
-        + " ".join(os.sys.argv[1:]),
+        "command": ".venv/bin/python benchmarks/learn_sokoban.py " + " ".join(os.sys.argv[1:]),
     }
     (out / "learn_sokoban.json").write_text(json.dumps(summary, indent=2) + "\n")
     table = write_table(summary, out)

@@ -10,7 +10,7 @@ import os
 import threading
 from pathlib import Path
 
-TINY_VERSION = 3
+TINY_VERSION = 4
 """Bump when the tiny model's files change; the cache folder is `tiny-v<version>`."""
 
 TINY_SEED = 1234
@@ -239,13 +239,16 @@ def build_qwen2(
 
 
 def build_tiny(dest: Path) -> None:
-    """Write the `tiny` model: hidden 64, 2 layers (~0.2 M weights), for tests and smoke runs."""
+    """Write the `tiny` model: hidden 128, 4 layers (~1 M weights + a 2,048-id vocabulary).
+
+    Small enough for tests and CPU smoke runs, big enough to learn 6x6 Sokoban from the
+    solver's episodes (`agentrl train --env sokoban`'s warm start).
+    """
     build_qwen2(
         dest,
-        hidden_size=64,
-        intermediate_size=192,
-        num_hidden_layers=2,
-        num_attention_heads=2,  # head_dim 32: the smallest the vLLM CPU backend supports
-        num_key_value_heads=1,
-        initializer_range=0.1,  # larger than usual so the random policy is not near-uniform
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,  # head_dim 32: the smallest the vLLM CPU backend supports
+        num_key_value_heads=2,
     )

@@ -123,7 +123,7 @@ class WarmStartConfig(_Section):
     num_epochs: int = Field(default=1, gt=0)
     """Passes over the expert episodes."""
     batch_size: int = Field(default=16, gt=0)
-    """Episodes per optimizer step."""
+    """Samples per optimizer step: episodes, or turns when `rollout.history_turns` is set."""
     lr: float = Field(default=1e-3, gt=0)
     """Peak learning rate (warmup, then cosine decay); use ~1e-5 for a pretrained LLM."""
     max_actions_per_turn: int | None = Field(default=None, gt=0)

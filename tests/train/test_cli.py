@@ -19,7 +19,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """`agentrl train --env sokoban --model tiny --steps 2` in a fresh process."""
+    """`agentrl train --env sokoban --model tiny --steps 2 --no-warm-start` (small groups)."""
     run_dir = tmp_path_factory.mktemp("cli") / "run"
     result = subprocess.run(
         [
@@ -33,6 +33,11 @@ def trained_run(tmp_path_factory):
             "tiny",
             "--steps",
             "2",
+            "--no-warm-start",
+            "--set",
+            "trainer.num_groups=2",
+            "--set",
+            "rollout.group_size=4",
             "--run-dir",
             str(run_dir),
         ],

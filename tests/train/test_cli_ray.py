@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def test_train_with_ray_engine_replicas_syncs_weights(ray_local, tmp_path) -> None:
     run = tmp_path / "run"
     args = [
-        "train", "--env", "sokoban", "--model", "tiny", "--steps", "2", "--ray",
+        "train", "--env", "sokoban", "--model", "tiny", "--steps", "2", "--ray", "--no-warm-start",
+        "--set", "trainer.num_groups=2",
         "--run-dir", str(run), "--set", "rollout.group_size=2",
         "--set", "rollout.sampling.max_new_tokens=16",
     ]  # fmt: skip

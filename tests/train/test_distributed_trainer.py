@@ -31,6 +31,7 @@ COMMON = [
     "tiny",
     "--steps",
     "2",
+    "--no-warm-start",
     "--set",
     "logging.progress=false",
     "--set",

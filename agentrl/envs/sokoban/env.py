@@ -176,7 +176,9 @@ class SokobanEnv(TokenEnv):
         self._actions_left = self.max_actions
         self._turns = 0
         self._done = False
-        obs = f"{self.render()}\nSymbols: {LEGEND}.\n{self._status()}"
+        # Status first, grid last: every grid then ends where the answer starts, so a model
+        # reads cells at the same distance every turn (the legend is in the system prompt).
+        obs = f"{self._status()}\n{self.render()}"
         return obs, {"optimal_len": self.optimal_len, "num_boxes": len(self._boxes)}
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
@@ -220,7 +222,7 @@ class SokobanEnv(TokenEnv):
             "actions_left": self._actions_left,
             "boxes_on_target": self._on_target,
         }
-        return f"{feedback}{self.render()}\n{tail}", round(reward, 6), terminated, truncated, info
+        return f"{feedback}{tail}\n{self.render()}", round(reward, 6), terminated, truncated, info
 
     # -- helpers ----------------------------------------------------------------------------
 

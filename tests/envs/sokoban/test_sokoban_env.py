@@ -23,8 +23,9 @@ def _env_on(tmp_path: Path, grid: list[str], **kwargs: object) -> SokobanEnv:
 def test_reset_observation_and_info() -> None:
     env = make("sokoban")
     obs, info = env.reset(seed=3)
-    assert obs.startswith(env.render())
-    assert "Symbols: # wall" in obs and "Actions left: 10" in obs and "<answer>" in obs
+    assert obs.endswith("\n" + env.render())  # the grid last, next to the answer
+    assert "Symbols: # wall" in env.system_prompt
+    assert obs.startswith("Actions left: 10.") and "<answer>" in obs
     assert info == {"optimal_len": 4, "num_boxes": 1}
     assert len(obs) < 300  # short prompts: tokens are expensive on CPU
 
@@ -40,7 +41,7 @@ def test_rewards_golden_push_onto_target_and_solve(tmp_path: Path) -> None:
     assert reward == pytest.approx(-0.1 + 1.0 + 10.0)
     assert terminated and not truncated and info["success"] is True
     assert env.render() == "########\n#__P√__#\n########"
-    assert obs.endswith("Solved!")
+    assert obs.startswith("Solved!")
 
 
 def test_rewards_golden_box_off_target_and_blocked(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_action_budget_and_turn_limit() -> None:
     assert not (terminated or truncated) and info["actions_left"] == 1
     obs, _, terminated, truncated, info = env.step("<answer>Left || Right || Left</answer>")
     assert truncated and not terminated and info["success"] is False
-    assert info["actions_taken"] == 1 and obs.endswith("Out of actions.")
+    assert info["actions_taken"] == 1 and obs.startswith("Out of actions.")
     after = env.step("<answer>Up</answer>")
     assert after[0] == "The episode is over; call reset()." and after[1] == 0.0
 
@@ -88,7 +89,7 @@ def test_action_budget_and_turn_limit() -> None:
     env.reset(seed=1)
     assert env.step("nothing")[3] is False
     obs, _, _, truncated, info = env.step("nothing")
-    assert truncated and obs.endswith("Out of turns.") and info["success"] is False
+    assert truncated and "\nOut of turns.\n" in obs and info["success"] is False
 
 
 def test_expert_solves_every_seed_within_budget() -> None:
