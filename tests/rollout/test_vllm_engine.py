@@ -6,6 +6,7 @@ One engine serves the whole module (vLLM starts in 17-100 s on a shared CPU mach
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from pathlib import Path
 
@@ -103,6 +104,19 @@ def test_many_concurrent_episode_tasks(engine) -> None:
         f"VLLMEngine: 24 concurrent episodes, {sum(len(c.token_ids) for c in results) / elapsed:.0f} tok/s"
     )
     assert [len(c.token_ids) for c in results] == [3 + i % 5 for i in range(24)]
+
+
+def test_seeded_requests_over_one_steps_token_budget(engine) -> None:
+    """16 seeded requests of 140 new prompt ids (2,240 > the 2,048-id step budget): on CPU a
+    prompt split over two steps used to kill vLLM's engine; prompts are now never split."""
+    rng = random.Random(0)
+    prompts = [[rng.randrange(10, 2000) for _ in range(140)] for _ in range(16)]
+    params = [SamplingParams(max_new_tokens=4, seed=100 + i, ignore_eos=True) for i in range(16)]
+    requests = [GenerationRequest(p, q) for p, q in zip(prompts, params, strict=True)]
+    completions = generate_sync(engine, requests)
+    assert [len(c.token_ids) for c in completions] == [4] * 16
+    again = generate_sync(engine, [GenerationRequest(prompts[5], params[5])])[0]
+    assert again.token_ids == completions[5].token_ids  # seeds still reproduce
 
 
 def test_concurrent_callers_reach_vllm_in_one_hop(engine, monkeypatch) -> None:

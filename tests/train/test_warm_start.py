@@ -59,6 +59,15 @@ def test_train_warm_starts_then_resume_reuses_it(tmp_path: Path) -> None:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines][-1] == 2
 
+    # `agentrl eval` on the run plays it as trained: its env kwargs, one sample per turn.
+    from agentrl.train._cli import _run_config
+
+    run_cfg = _run_config(run_dir / "checkpoints")
+    assert run_cfg.rollout.history_turns == 0 and run_cfg.env.kwargs["max_turns"] == 10
+    scored = runner.invoke(app, ["eval", "--model", str(run_dir), "--episodes", "2"])
+    assert scored.exit_code == 0, scored.output
+    assert "over 2 episodes" in scored.output
+
 
 def test_warm_start_section_in_the_config(tmp_path: Path) -> None:
     result = runner.invoke(app, ["train", "--print-config", *WARM])
@@ -84,7 +93,9 @@ def test_logits_only_where_the_loss_is() -> None:
     tok = load_tokenizer("tiny")
     model = load_model("tiny", dtype="float32")
     factory = functools.partial(make, "sokoban")
-    trajs = expert_trajectories(factory, tok, range(4), get_expert("solver"), max_actions_per_turn=1)
+    trajs = expert_trajectories(
+        factory, tok, range(4), get_expert("solver"), max_actions_per_turn=1
+    )
     batch = to_batch(trajs, pad_id=tok.pad_token_id)
     nll, correct = masked_nll(model, batch)
     with torch.no_grad():
