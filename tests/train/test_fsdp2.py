@@ -20,8 +20,10 @@ from agentrl.train._dist import decoder_layers, load_hf_weights, save_hf, tied_p
 
 GRAD_TOL = 1e-6
 NORM_RTOL = 1e-4
-WEIGHT_TOL_STEP1 = 2e-5
-WEIGHT_TOL_STEP2 = 1e-4
+# Weights after AdamW steps of lr 1e-2: ids with gradients near Adam's eps (1e-8) get updates
+# that a different reduction order changes by up to ~1% of lr (tiny: hidden 128, init 0.02).
+WEIGHT_TOL_STEP1 = 2e-4
+WEIGHT_TOL_STEP2 = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def check_matches_local(r: dict) -> None:
     assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-6)
     assert r["grad_norm"] == pytest.approx(r["ref_grad_norm"], rel=NORM_RTOL)
     assert r["grad_norm"][0] > r["max_norm"]  # clipping was active in the step compared
-    assert r["weights_update_max_abs"] > 100 * WEIGHT_TOL_STEP1  # the step moved the weights
+    assert r["weights_update_max_abs"] > 20 * WEIGHT_TOL_STEP1  # the step moved the weights
     assert r["weights_step1_max_diff"] < WEIGHT_TOL_STEP1
     assert r["weights_step2_max_diff"] < WEIGHT_TOL_STEP2
 
@@ -63,8 +65,8 @@ def check_variants(r: dict) -> None:
     assert ckpt["loss"] == plain["loss"] and ckpt["grad_norm"] == plain["grad_norm"]
     assert ckpt["weights_max_diff"] == 0.0
     assert bf16["loss"] != plain["loss"]  # really computed in bf16
-    assert bf16["loss"] == pytest.approx(plain["loss"], rel=1e-3)
-    assert bf16["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-3)
+    assert bf16["loss"] == pytest.approx(plain["loss"], rel=5e-3)  # bf16: 8 mantissa bits
+    assert bf16["grad_norm"] == pytest.approx(plain["grad_norm"], rel=5e-3)
 
 
 @pytest.mark.distributed

@@ -69,4 +69,5 @@ def test_ray_fsdp2_ranks_match_local(ray_cluster) -> None:
     ref = local.full_state_dict()
     assert norms[0] == norms[1] == pytest.approx(ref_norm, rel=1e-4)
     assert set(weights) == set(ref)
-    assert max(float((weights[k] - ref[k]).abs().max()) for k in ref) < 2e-5
+    # Adam updates of ids with gradients near eps differ by up to ~1% of lr (see test_fsdp2).
+    assert max(float((weights[k] - ref[k]).abs().max()) for k in ref) < 2e-4
