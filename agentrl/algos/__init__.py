@@ -5,8 +5,7 @@ See `docs/algorithms.md` for the formulas of each preset and the config keys beh
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentrl._lazy import lazy_exports
 
 # Exports load on first use, so `import agentrl.algos.config` (and the CLI) need not import torch.
 _EXPORTS = {
@@ -38,15 +37,4 @@ _EXPORTS = {
     "whiten": "agentrl.algos.advantages",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentrl.algos' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

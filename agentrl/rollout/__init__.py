@@ -5,8 +5,7 @@ Names load lazily, so `import agentrl.rollout` does not import torch, transforme
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from agentrl._lazy import lazy_exports
 
 _EXPORTS = {
     "SamplingParams": "agentrl.rollout.engine",
@@ -29,15 +28,4 @@ _EXPORTS = {
     "resolve_model": "agentrl.rollout.models",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentrl.rollout' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
