@@ -15,32 +15,45 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def sft(
-    env: Annotated[str, typer.Option("--env", help="Env name or module.path:Class.")] = "sokoban",
+    env: Annotated[
+        str | None,
+        typer.Option("--env", help="Env name or module.path:Class (default sokoban)."),
+    ] = None,
     expert: Annotated[
-        str, typer.Option("--expert", help="Registered expert that plays the env (solver).")
-    ] = "solver",
+        str | None,
+        typer.Option("--expert", help="Registered expert that plays the env (default solver)."),
+    ] = None,
     model: Annotated[
-        str, typer.Option("--model", help="Model alias (tiny, smollm2-135m), HF id or folder.")
-    ] = "tiny",
+        str | None,
+        typer.Option(
+            "--model", help="Model alias (tiny, smollm2-135m), HF id or folder (default tiny)."
+        ),
+    ] = None,
     episodes: Annotated[
-        int, typer.Option("--episodes", help="Expert episodes (one per training seed).")
-    ] = 512,
-    epochs: Annotated[int, typer.Option("--epochs", help="Passes over the expert data.")] = 3,
+        int | None,
+        typer.Option("--episodes", help="Expert episodes, one per training seed (default 512)."),
+    ] = None,
+    epochs: Annotated[
+        int | None, typer.Option("--epochs", help="Passes over the expert data (default 3).")
+    ] = None,
     lr: Annotated[
         float | None,
         typer.Option("--lr", help="Peak learning rate (default 1e-3; use ~1e-5 for a real LLM)."),
     ] = None,
     batch_size: Annotated[
-        int | None, typer.Option("--batch-size", help="Trajectories per optimizer step.")
+        int | None,
+        typer.Option("--batch-size", help="Samples per optimizer step (default 16)."),
     ] = None,
     actions_per_turn: Annotated[
         int | None,
         typer.Option("--actions-per-turn", help="Actions per expert answer (default: env max)."),
     ] = None,
     eval_episodes: Annotated[
-        int,
-        typer.Option("--eval-episodes", help="Validation episodes after training (0: none)."),
-    ] = 0,
+        int | None,
+        typer.Option(
+            "--eval-episodes", help="Validation episodes after training (default 0: none)."
+        ),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option("-c", "--config", help="YAML file of SFTConfig fields.")
     ] = None,
@@ -55,6 +68,7 @@ def sft(
 ) -> None:
     """Fine-tune a model on an expert's trajectories (token-exact, as RL trains on them).
 
+    Precedence: flags and `--set` over the `-c` file over the defaults.
     The output folder is a Hugging Face model: continue with RL via
     `agentrl train --model OUT` or score it with `agentrl eval --model OUT`.
     """

@@ -48,7 +48,7 @@ class SFTConfig(BaseModel):
     num_epochs: int = Field(default=3, gt=0)
     """Passes over the expert trajectories."""
     batch_size: int = Field(default=16, gt=0)
-    """Trajectories per optimizer step."""
+    """Samples per optimizer step (one per trajectory, or one per turn with per-turn samples)."""
     micro_batch_tokens: int = Field(default=8192, gt=0)
     """Padded tokens per forward/backward; gradients accumulate over micro-batches."""
     optim: OptimConfig = Field(default_factory=_default_optim)

@@ -65,14 +65,15 @@ def masked_nll(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor,
     Logits are computed only at the positions that predict a loss token in some row
     (`logits_to_keep`): most of a multi-turn episode is prompt and observations, and the
     vocabulary projection over every position would be most of the memory and much of the time.
+    The prefix all rows share (the system prompt of per-turn samples) is computed once
+    (`agentrl.train.prefix`).
     """
     from agentrl.algos.losses import token_logprobs_from_logits
+    from agentrl.train.prefix import shared_prefix_logits
 
     mask = batch.loss_mask[:, 1:]  # [B, T-1]: position t predicts id t+1
     keep = mask.any(dim=0).nonzero().squeeze(-1)  # [K] positions that predict a loss id
-    logits = model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep
-    ).logits  # [B, K, V]
+    logits = shared_prefix_logits(model, batch.input_ids, batch.attention_mask, keep)  # [B,K,V]
     targets = batch.input_ids[:, keep + 1]  # [B, K]
     mask = mask[:, keep]
     logp = token_logprobs_from_logits(logits, targets)  # [B, K]

@@ -87,3 +87,25 @@ def test_sft_cli_rejects_unknown_expert_and_bad_key(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "unknown expert 'oracle'" in bad.output
     bad = runner.invoke(app, ["sft", "--set", "no_such_key=1", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "no_such_key" in bad.output
+
+
+def test_sft_cli_config_file_values_hold_unless_a_flag_is_given(tmp_path: Path) -> None:
+    """`-c` used to lose to the flags' own defaults (512 episodes, 3 epochs, model tiny)."""
+    config = tmp_path / "sft.yaml"
+    config.write_text(
+        "model: tiny\nnum_episodes: 6\nnum_epochs: 1\nbatch_size: 4\n"
+        "max_actions_per_turn: 2\nfirst_seed: 100\n"
+    )
+    runner = CliRunner()
+    out = tmp_path / "from-file"
+    result = runner.invoke(app, ["sft", "-c", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / RESULT_FILE).read_text())
+    assert saved["num_trajectories"] == 6
+    seeds = [t.seed for t in read_trajectories(out / TRAJECTORIES_FILE).trajectories]
+    assert seeds == list(range(100, 106))
+
+    out = tmp_path / "flag-wins"
+    result = runner.invoke(app, ["sft", "-c", str(config), "--episodes", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / RESULT_FILE).read_text())["num_trajectories"] == 3

@@ -1,0 +1,93 @@
+"""The shared-prefix forward equals the plain forward, loss and gradients included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.train.prefix import shared_prefix_len, shared_prefix_logits
+
+
+def _model(path: Path) -> torch.nn.Module:
+    from agentrl.rollout.models import load_model
+
+    torch.manual_seed(0)
+    return load_model(str(path), dtype="float32")
+
+
+def _rows(prefix_len: int, tails: list[int], vocab: int = 500) -> tuple[torch.Tensor, ...]:
+    """Right-padded rows: one shared prefix, then tails of the given lengths."""
+    g = torch.Generator().manual_seed(1)
+    head = torch.randint(10, vocab, (prefix_len,), generator=g)
+    width = prefix_len + max(tails)
+    ids = torch.zeros((len(tails), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, n in enumerate(tails):
+        ids[r, : prefix_len + n] = torch.cat([head, torch.randint(10, vocab, (n,), generator=g)])
+        mask[r, : prefix_len + n] = 1
+    return ids, mask
+
+
+def _loss_and_grads(model, fn, ids, mask, keep):
+    model.zero_grad()
+    logits = fn(model, ids, mask, keep)
+    targets = ids[:, keep + 1]
+    weight = mask[:, keep + 1].float()
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, targets[..., None]).squeeze(-1)
+    loss = -(logp * weight).sum() / weight.sum()
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _plain(model, ids, mask, keep):
+    return model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+
+
+def test_shared_prefix_len_stops_at_first_difference_or_padding() -> None:
+    ids = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 3, 9, 0], [1, 2, 3, 4, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+    assert shared_prefix_len(ids, mask) == 3
+    assert shared_prefix_len(ids[[0, 2]], mask[[0, 2]]) == 4  # column 4 is padding in row 2
+    assert shared_prefix_len(ids[:1], mask[:1]) == 5
+
+
+def test_matches_plain_forward_logits_loss_and_gradients(tiny_model_path: Path) -> None:
+    model = _model(tiny_model_path)
+    ids, mask = _rows(prefix_len=48, tails=[20, 7, 13, 20])
+    keep = torch.arange(50, ids.shape[1] - 1)
+    calls = []
+    real_forward = model.forward
+
+    def counting_forward(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape)
+        return real_forward(*args, **kwargs)
+
+    model.forward = counting_forward  # type: ignore[method-assign]
+    got = _loss_and_grads(model, shared_prefix_logits, ids, mask, keep)
+    assert calls == [torch.Size([1, 48]), torch.Size([4, ids.shape[1] - 48])]  # prefix once
+    want = _loss_and_grads(model, _plain, ids, mask, keep)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
+    for name, grad in want[2].items():
+        torch.testing.assert_close(got[2][name], grad, rtol=1e-3, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("prefix_len", "tails", "first_kept"),
+    [
+        (8, [10, 12], 9),  # shared prefix below MIN_SHARED
+        (48, [10], 49),  # one row
+        (48, [10, 12], 40),  # a kept position inside the prefix: shared part cut to 40
+    ],
+)
+def test_short_single_or_cut_prefixes_still_match(
+    tiny_model_path: Path, prefix_len: int, tails: list[int], first_kept: int
+) -> None:
+    model = _model(tiny_model_path)
+    ids, mask = _rows(prefix_len, tails)
+    keep = torch.arange(first_kept, ids.shape[1] - 1)
+    got = _loss_and_grads(model, shared_prefix_logits, ids, mask, keep)
+    want = _loss_and_grads(model, _plain, ids, mask, keep)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
