@@ -54,6 +54,7 @@ from agentrl.train.checkpoint import (
 from agentrl.train.critic import build_critic, token_values
 from agentrl.train.engines import SeededEngine, build_engine
 from agentrl.train.metrics import CollapseDetector, MetricsLogger, trajectory_stats
+from agentrl.train.prefix import shared_prefix_logits
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
 
@@ -86,23 +87,29 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     positions: torch.Tensor | None = None,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(logp, logits)`: logprob of each id given the ids before it under the logits divided
     by `temperature`, `[B, T]`, and those scaled logits, `[B, K, V]`.
 
     With `positions` (`[K]`, from `trained_positions`), only the logits that predict those
     tokens are computed (the model's `logits_to_keep`), and `logp` is 0 elsewhere; without,
-    every position 1..T-1 is scored (`K = T - 1`).
+    every position 1..T-1 is scored (`K = T - 1`). `share_prefix` (with `positions`, for a
+    model that is not wrapped by a distributed backend) computes the prefix all rows share once
+    (`agentrl.train.prefix`).
     """
     if positions is None:
         positions = torch.arange(1, batch.input_ids.shape[1], device=batch.input_ids.device)
-        kwargs = {}
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        logits = out.logits[:, :-1]
+    elif share_prefix:
+        logits = shared_prefix_logits(model, batch.input_ids, batch.attention_mask, positions - 1)
     else:
-        kwargs = {"logits_to_keep": positions - 1}
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kwargs)
-    logits = out.logits
-    if not kwargs:
-        logits = logits[:, :-1]
+        logits = model(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            logits_to_keep=positions - 1,
+        ).logits
     if temperature != 1.0:
         logits = logits / temperature
     logp_kept = token_logprobs_from_logits(logits, batch.input_ids[:, positions])  # [B, K]
@@ -169,6 +176,9 @@ class Trainer:
         forward_args = inspect.signature(policy_model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in forward_args
         """Score only the positions of trained tokens (skips the LM head on prompts)."""
+        self._share_prefix = self._logits_to_keep and cfg.trainer.backend == "local"
+        """Compute the prefix every row of a micro-batch shares once (the system prompt of
+        per-turn samples). Only for the plain model: FSDP2 and DeepSpeed wrap its forward."""
         critic_model = build_critic(policy_model) if algo.use_critic else None
         num_optimizer_steps = cfg.trainer.num_steps * algo.ppo_epochs * algo.num_mini_batches
         self.policy = make_backend(
@@ -400,6 +410,7 @@ class Trainer:
                     part_dev,
                     temperature=self.temperature,
                     positions=self._positions(part_dev),
+                    share_prefix=self._share_prefix,
                 )
                 old_logp.append(logp.float().cpu())
             if self.reference is not None:
@@ -408,6 +419,7 @@ class Trainer:
                     part_dev,
                     temperature=self.temperature,
                     positions=self._positions(part_dev),
+                    share_prefix=self._share_prefix,
                 )
                 ref_logp.append(logp.float().cpu())
             if self.critic is not None:
@@ -505,7 +517,11 @@ class Trainer:
         a = self.cfg.algo
         positions = self._positions(micro)
         logp, logits = token_logprobs(
-            self.policy.model, micro, temperature=self.temperature, positions=positions
+            self.policy.model,
+            micro,
+            temperature=self.temperature,
+            positions=positions,
+            share_prefix=self._share_prefix,
         )
         old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
         loss, stats = policy_loss(

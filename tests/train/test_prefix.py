@@ -91,3 +91,22 @@ def test_short_single_or_cut_prefixes_still_match(
     got = _loss_and_grads(model, shared_prefix_logits, ids, mask, keep)
     want = _loss_and_grads(model, _plain, ids, mask, keep)
     torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_trainer_token_logprobs_with_shared_prefix_match(tiny_model_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from agentrl.train.trainer import token_logprobs, trained_positions
+
+    model = _model(tiny_model_path)
+    ids, mask = _rows(prefix_len=40, tails=[12, 9, 12])
+    loss_mask = torch.zeros(ids.shape, dtype=torch.float32)
+    loss_mask[:, 45:] = mask[:, 45:].float()
+    batch = SimpleNamespace(input_ids=ids, attention_mask=mask, loss_mask=loss_mask)
+    positions = trained_positions(batch.loss_mask)
+    want, want_logits = token_logprobs(model, batch, temperature=0.7, positions=positions)
+    got, got_logits = token_logprobs(
+        model, batch, temperature=0.7, positions=positions, share_prefix=True
+    )
+    assert got_logits.shape == want_logits.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
