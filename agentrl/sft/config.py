@@ -42,6 +42,10 @@ class SFTConfig(BaseModel):
     """Actions per expert answer; None uses the env's own per-turn limit."""
     max_context_tokens: int = Field(default=2048, ge=8)
     """Longest episode sequence; longer expert episodes end `truncated` (still trained on)."""
+    expert_noise: float = Field(default=0.0, ge=0, lt=1)
+    """Chance that a turn plays a random answer instead of the expert's (DART), so that the
+    data shows the expert's answers from states off its own path; those random answers are
+    not trained on."""
     history_turns: int | None = Field(default=None, ge=0)
     """Earlier turns each prompt keeps (`rollout.history_turns` of the RL run that follows);
     None keeps the whole conversation."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from agentrl.envs.base import TokenEnv
-from agentrl.sft.expert import Expert
+from agentrl.sft.expert import Expert, NoExpertError
 from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
 from agentrl.trajectory.types import Status, Trajectory, Turn
 
@@ -37,12 +39,22 @@ def expert_episode(
     max_context_tokens: int = 4096,
     env_name: str = "",
     history_turns: int | None = None,
+    noise: float = 0.0,
+    rng: np.random.Generator | None = None,
 ) -> Trajectory:
     """Play one episode of `env` from `seed` with `expert`; the token-exact trajectory.
 
     The status is `ok` when the env terminated, `truncated` when a budget ran out first.
     `history_turns` windows the prompts as the rollout's `RolloutConfig.history_turns` does.
+
+    With `noise` > 0 each turn plays, with that chance, a random answer (`env.sample_action`,
+    drawn from `rng`) instead of the expert's, so that later turns show the expert's answers
+    from states off its own path (DART). Those answers stay in the conversation with loss
+    mask 0, and a per-turn sample that holds only them is dropped. An episode whose random
+    moves leave the expert without an answer (a Sokoban box stuck in a corner) ends there.
     """
+    if noise and rng is None:
+        raise ValueError("noise > 0 needs an rng")
     observation, _ = env.reset(seed=seed)
     traj = Trajectory(samples=[], turns=[], env_name=env_name, seed=seed, group_id=group_id)
     traj.system_prompt, traj.first_observation = env.system_prompt, observation
@@ -50,13 +62,25 @@ def expert_episode(
     tokens = EpisodeTokens(
         bridge, env.system_prompt, observation, tools=tools, history_turns=history_turns
     )
+    strayed = False
     for t in range(env.max_turns):
-        text = expert(env, max_actions_per_turn)
+        random_turn = bool(noise) and float(rng.random()) < noise  # type: ignore[union-attr]
+        if random_turn:
+            text = env.sample_action(rng)  # type: ignore[arg-type]
+        else:
+            try:
+                text = expert(env, max_actions_per_turn)
+            except NoExpertError:
+                if not strayed:
+                    raise
+                traj.status, traj.error = Status.TRUNCATED, "no expert answer after random moves"
+                break
+        strayed = strayed or random_turn
         ids = expert_ids(bridge, text)
         if len(tokens) + len(ids) > max_context_tokens:
             traj.status, traj.error = Status.TRUNCATED, "context limit"
             break
-        tokens.add_completion(ids, [0.0] * len(ids), t)
+        tokens.add_completion(ids, [0.0] * len(ids), t, train=not random_turn)
         action = bridge.decode(ids, skip_special_tokens=True)
         turn = Turn(
             num_sampled=len(ids), action_text=action, finish_reason="stop", weight_version=0
@@ -75,7 +99,7 @@ def expert_episode(
             traj.status, traj.error = Status.TRUNCATED, "context limit"
             break
         tokens.add_observation(observation, next_ids, t)
-    traj.samples = tokens.samples()
+    traj.samples = [s for s in tokens.samples() if any(s.loss_mask)]
     traj.per_turn_samples = tokens.per_turn
     traj.metrics = {"num_sampled_tokens": float(traj.num_sampled_tokens)}
     return traj
@@ -91,9 +115,13 @@ def expert_trajectories(
     max_context_tokens: int = 4096,
     env_name: str = "",
     history_turns: int | None = None,
+    noise: float = 0.0,
+    noise_seed: int = 0,
 ) -> list[Trajectory]:
-    """One expert episode per seed (group id = position in `seeds`)."""
+    """One expert episode per seed (group id = position in `seeds`); `noise` as in
+    `expert_episode`, its random answers drawn from `noise_seed`."""
     bridge = ChatBridge(tokenizer)
+    rng = np.random.default_rng(noise_seed)
     env = env_factory()
     try:
         return [
@@ -107,6 +135,8 @@ def expert_trajectories(
                 max_context_tokens=max_context_tokens,
                 env_name=env_name,
                 history_turns=history_turns,
+                noise=noise,
+                rng=rng,
             )
             for i, seed in enumerate(seeds)
         ]

@@ -158,6 +158,8 @@ def run_sft(
         max_context_tokens=cfg.max_context_tokens,
         env_name=cfg.env.name,
         history_turns=cfg.history_turns,
+        noise=cfg.expert_noise,
+        noise_seed=cfg.seed,
     )
     write_trajectories(
         out_dir / TRAJECTORIES_FILE,

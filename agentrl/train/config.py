@@ -128,6 +128,9 @@ class WarmStartConfig(_Section):
     """Peak learning rate (warmup, then cosine decay); use ~1e-5 for a pretrained LLM."""
     max_actions_per_turn: int | None = Field(default=None, gt=0)
     """Actions per expert answer (default: the env's maximum)."""
+    noise: float = Field(default=0.0, ge=0, lt=1)
+    """Chance that an expert turn plays a random answer instead (DART; `SFTConfig.expert_noise`):
+    the expert's later answers then cover states off its own path."""
 
 
 class CollapseConfig(_Section):

@@ -425,12 +425,17 @@ class EpisodeTokens:
         """The ids to send to the engine for the next turn."""
         return list(self._seq.token_ids)
 
-    def add_completion(self, token_ids: Sequence[int], logp: Sequence[float], turn: int) -> None:
-        """Record sampled ids verbatim (mask 1) with their sampler logprobs."""
+    def add_completion(
+        self, token_ids: Sequence[int], logp: Sequence[float], turn: int, *, train: bool = True
+    ) -> None:
+        """Record sampled ids verbatim (mask 1) with their sampler logprobs.
+
+        `train=False` records them with mask 0: in the conversation, never trained on (the
+        random answers of a noisy expert)."""
         if len(token_ids) != len(logp):
             raise ValueError(f"completion has {len(token_ids)} ids but {len(logp)} logprobs")
         self._seq.token_ids.extend(token_ids)
-        self._seq.loss_mask.extend([1] * len(token_ids))
+        self._seq.loss_mask.extend([int(train)] * len(token_ids))
         self._seq.sampler_logp.extend(float(x) for x in logp)
         self._seq.turn_ids.extend([turn] * len(token_ids))
         self._sampled_into_current = True

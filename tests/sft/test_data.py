@@ -118,3 +118,57 @@ def test_floor_and_ceiling_on_validation_seeds() -> None:
     ceiling = policy_success_rate(factory, solver_expert, seeds)
     assert ceiling == 1.0
     assert 0.02 < floor < 0.5
+
+
+def _sokoban(**kwargs):
+    return functools.partial(make, "sokoban", max_turns=10, **kwargs)
+
+
+def test_noisy_expert_trains_only_on_expert_answers_from_off_path_states(
+    tiny_model_path: Path,
+) -> None:
+    """DART: random turns stay in the episode with mask 0; every trained answer is the
+    solver's answer for the state it was given."""
+    tokenizer = load_tokenizer(str(tiny_model_path))
+    kwargs = dict(max_actions_per_turn=1, env_name="sokoban", history_turns=0)
+    clean = expert_trajectories(_sokoban(), tokenizer, range(40), solver_expert, **kwargs)
+    noisy = expert_trajectories(
+        _sokoban(), tokenizer, range(40), solver_expert, noise=0.3, noise_seed=1, **kwargs
+    )
+    assert all(t.success for t in clean)
+    random_turns = trained = off_path = 0
+    env = _sokoban()()
+    for traj in noisy:
+        env.reset(seed=traj.seed)
+        answers = {}  # turn -> the ids trained on
+        for sample in traj.samples:
+            for t, i, m in zip(sample.turn_ids, sample.token_ids, sample.loss_mask, strict=True):
+                if m:
+                    answers.setdefault(t, []).append(i)
+        strayed = False
+        for t, turn in enumerate(traj.turns):
+            if t in answers:
+                expected = solver_expert(env, 1)
+                assert tokenizer.decode(answers[t], skip_special_tokens=True) == expected
+                assert turn.action_text == expected
+                trained += 1
+                off_path += strayed
+            else:  # a random turn: nothing trains on it
+                random_turns += 1
+                strayed = True
+            env.step(turn.action_text)
+        assert len(traj.samples) == len(answers)
+    assert random_turns > 10 and off_path > 10 and trained > 3 * random_turns // 2
+    assert sum(t.success for t in noisy) < len(noisy)  # some random moves cost the episode
+
+
+def test_noisy_expert_in_one_sequence_masks_random_answers(tiny_model_path: Path) -> None:
+    tokenizer = load_tokenizer(str(tiny_model_path))
+    (traj,) = expert_trajectories(
+        _sokoban(), tokenizer, [3], solver_expert, noise=0.5, noise_seed=0, max_actions_per_turn=1
+    )
+    (sample,) = traj.samples
+    trained_turns = {t for t, m in zip(sample.turn_ids, sample.loss_mask, strict=True) if m}
+    sampled_turns = set(range(traj.num_turns))
+    assert trained_turns < sampled_turns  # some turns were random and are not trained on
+    assert sum(sample.loss_mask) < traj.num_sampled_tokens
