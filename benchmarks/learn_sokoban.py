@@ -21,6 +21,8 @@ function) and `runs/` (each run's metrics.jsonl, config.yaml; checkpoints are re
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learn_sokoban.py --quick --out /tmp/ls
     # the comparison in results/ (see results/learn_sokoban.md for the exact command used)
     .venv/bin/python benchmarks/learn_sokoban.py --sft --minutes 20
+    # on a bigger machine: the 9 runs at once, one torch thread each (a GPU is used if present)
+    python benchmarks/learn_sokoban.py --init MODEL --parallel 9 --threads 1 --minutes 6
 """
 
 from __future__ import annotations
@@ -61,6 +63,13 @@ def floor_and_ceiling(num_episodes: int) -> dict[str, float]:
         "random": policy_success_rate(factory, random_policy, seeds),
         "solver": policy_success_rate(factory, solver_expert, seeds),
     }
+
+
+def _gpu_name() -> str | None:
+    """The CUDA device's name, when there is one."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def base_config(preset: str | None, overrides: list[str]) -> Any:
@@ -170,6 +179,31 @@ def train_run(
     }
 
 
+def _train_job(job: tuple[str, int, Path], init: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run in a worker process (its own torch threads)."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    preset, seed, run_dir = job
+    return train_run(preset, seed, init, run_dir, args)
+
+
+def run_all(
+    jobs: list[tuple[str, int, Path]], init: str, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Every (preset, seed) run: one after another, or `--parallel` at once (each in its own
+    process with `--threads` torch threads; for machines with more cores, or a GPU)."""
+    if args.parallel <= 1:
+        return [train_run(preset, seed, init, run_dir, args) for preset, seed, run_dir in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=args.parallel, mp_context=ctx) as pool:
+        futures = [pool.submit(_train_job, job, init, args) for job in jobs]
+        return [f.result() for f in futures]
+
+
 def write_table(summary: dict[str, Any], out: Path) -> Path:
     """The Markdown table of the comparison."""
     fc = summary["floor_ceiling"]
@@ -233,6 +267,7 @@ def main() -> None:
     p.add_argument("--init", default=None, help="Start from this model folder (e.g. SFT output).")
     p.add_argument("--sft", action="store_true", help="Run the defaults' warm start first.")
     p.add_argument("--threads", type=int, default=2, help="Torch threads (the 2 CPU cores).")
+    p.add_argument("--parallel", type=int, default=1, help="Runs at once, each in its own process.")
     p.add_argument("--eval-episodes", type=int, default=256, help="Final validation episodes.")
     p.add_argument("--eval-every", type=int, default=10, help="Validation curve interval.")
     p.add_argument("--curve-episodes", type=int, default=64, help="Episodes per curve point.")
@@ -264,15 +299,16 @@ def main() -> None:
     start_success = validation_success(init, args.eval_episodes, args.max_new_tokens, cfg)
     print(f"starting policy {init}: validation success {start_success:.3f}", flush=True)
 
+    jobs = [
+        (preset, int(seed), out / "runs" / f"{preset}-s{seed}")
+        for preset in args.presets.split(",")
+        for seed in args.seeds.split(",")
+    ]
     by_preset: dict[str, list[dict[str, Any]]] = {}
-    run_dirs = []
-    for preset in args.presets.split(","):
-        for seed in (int(s) for s in args.seeds.split(",")):
-            run_dir = out / "runs" / f"{preset}-s{seed}"
-            summary = train_run(preset, seed, init, run_dir, args)
-            print(f"{preset} seed {seed}: {summary}", flush=True)
-            by_preset.setdefault(preset, []).append(summary)
-            run_dirs.append(run_dir)
+    for summary in run_all(jobs, init, args):
+        print(f"{summary['preset']} seed {summary['seed']}: {summary}", flush=True)
+        by_preset.setdefault(summary["preset"], []).append(summary)
+    run_dirs = [run_dir for _, _, run_dir in jobs]
 
     from agentrl.train.plot import plot_runs
 
@@ -293,7 +329,9 @@ def main() -> None:
         "start_success": start_success,
         "sft_wall_s": sft_wall_s,
         "budget": budget,
-        "machine": f"{os.cpu_count()} CPU cores, torch threads {args.threads}",
+        "machine": f"{os.cpu_count()} CPU cores, torch threads {args.threads}"
+        + (f", {args.parallel} runs at once" if args.parallel > 1 else "")
+        + (f", {gpu}" if (gpu := _gpu_name()) else ""),
         "by_preset": by_preset,
         "curves": str(curves.relative_to(out)) if curves.is_relative_to(out) else str(curves),
         "command": ".venv/bin/python benchmarks/learn_sokoban.py " + " ".join(os.sys.argv[1:]),
