@@ -37,6 +37,11 @@ class OptimConfig(_Section):
     """LR after warmup: constant, linear decay or cosine decay to `min_lr_ratio * lr`."""
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     """Final LR as a fraction of `lr` for the linear and cosine schedules."""
+    cycles: int = Field(default=1, gt=0)
+    """Linear or cosine decay in this many equal cycles, each restarting from its peak (warm
+    restarts, SGDR)."""
+    cycle_decay: float = Field(default=1.0, gt=0, le=1)
+    """Each cycle's peak LR is this times the previous cycle's."""
 
 
 class LoraConfig(_Section):
@@ -128,6 +133,10 @@ class WarmStartConfig(_Section):
     """Peak learning rate (warmup, then cosine decay); use ~1e-5 for a pretrained LLM."""
     max_actions_per_turn: int | None = Field(default=None, gt=0)
     """Actions per expert answer (default: the env's maximum)."""
+    lr_cycles: int = Field(default=1, gt=0)
+    """The cosine schedule restarts this many times (`optim.cycles` of the SFT)."""
+    lr_cycle_decay: float = Field(default=1.0, gt=0, le=1)
+    """Each restart's peak LR is this times the previous one's (`optim.cycle_decay`)."""
     noise: float = Field(default=0.0, ge=0, lt=1)
     """Chance that an expert turn plays a random answer instead (DART; `SFTConfig.expert_noise`):
     the expert's later answers then cover states off its own path."""

@@ -33,7 +33,7 @@ def sft_config(cfg: Any) -> Any:
         expert_noise=ws.noise,
         max_context_tokens=cfg.rollout.max_context_tokens,
         history_turns=cfg.rollout.history_turns,
-        optim={"lr": ws.lr},
+        optim={"lr": ws.lr, "cycles": ws.lr_cycles, "cycle_decay": ws.lr_cycle_decay},
         eval_seed_offset=cfg.eval.seed_offset,
         seed=cfg.seed,
         num_threads=cfg.trainer.num_threads,
