@@ -19,9 +19,10 @@ function) and `runs/` (each run's metrics.jsonl, config.yaml; checkpoints are re
 
     # smoke run (about 2 minutes on 2 cores)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learn_sokoban.py --quick --out /tmp/ls
-    # the comparison in results/ (see results/learn_sokoban.md for the exact command used)
-    .venv/bin/python benchmarks/learn_sokoban.py --sft --minutes 20
-    # on a bigger machine: the 9 runs at once, one torch thread each (a GPU is used if present)
+    # the default run in results/sokoban-default/ (its learn_sokoban.md has the command)
+    .venv/bin/python benchmarks/learn_sokoban.py --sft --presets starpo-s --seeds 0 --total-minutes 60
+    # on a bigger machine: the 9 runs at once, one torch thread each (a GPU is used if present;
+    # results/compare-presets/)
     python benchmarks/learn_sokoban.py --init MODEL --parallel 9 --threads 1 --minutes 6
 """
 
