@@ -8,9 +8,10 @@ backward pass sums the rows' gradients into it), and runs only the rest of each 
     logits = shared_prefix_logits(model, input_ids, attention_mask, keep)   # [B, K, V]
 
 It equals `model(input_ids, attention_mask, logits_to_keep=keep).logits` up to float rounding,
-gradients included. It falls back to that plain forward when the rows share fewer than
-`MIN_SHARED` ids, when a kept position lies inside the prefix, or when the model's cache is not
-a plain `DynamicCache` of full-attention layers (sliding windows, linear attention, ...).
+gradients included. The shared part ends at the first kept position at the latest. It is the
+plain forward when the rows share fewer than `MIN_SHARED` ids, with gradient checkpointing
+(which turns the cache off), or when the model's cache is not a plain `DynamicCache` of
+full-attention layers (sliding windows, linear attention, ...).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def shared_prefix_logits(
     if keep.numel():
         shared = min(shared, int(keep[0]))  # kept positions come from the second forward
     shared = min(shared, input_ids.shape[1] - 1)  # leave every row at least one id
-    if rows < 2 or shared < MIN_SHARED:
+    if rows < 2 or shared < MIN_SHARED or getattr(model, "is_gradient_checkpointing", False):
         return _plain(model, input_ids, attention_mask, keep)
     head = model(
         input_ids=input_ids[:1, :shared],

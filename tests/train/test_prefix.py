@@ -110,3 +110,24 @@ def test_trainer_token_logprobs_with_shared_prefix_match(tiny_model_path: Path) 
     )
     assert got_logits.shape == want_logits.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_checkpointing_uses_the_plain_forward(tiny_model_path: Path) -> None:
+    """Checkpointing turns the cache off; the shared path must not be tried."""
+    model = _model(tiny_model_path)
+    model.gradient_checkpointing_enable()
+    model.train()
+    ids, mask = _rows(prefix_len=48, tails=[10, 12])
+    keep = torch.arange(49, ids.shape[1] - 1)
+    calls = []
+    real_forward = model.forward
+
+    def counting_forward(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape)
+        return real_forward(*args, **kwargs)
+
+    model.forward = counting_forward  # type: ignore[method-assign]
+    got = _loss_and_grads(model, shared_prefix_logits, ids, mask, keep)
+    assert calls == [ids.shape]
+    want = _loss_and_grads(model, _plain, ids, mask, keep)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
