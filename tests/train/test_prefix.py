@@ -41,6 +41,19 @@ def _loss_and_grads(model, fn, ids, mask, keep):
     return logits.detach(), loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def _count_forwards(model: torch.nn.Module) -> list[torch.Size]:
+    """The input shapes of every later `model(...)` call, recorded into the returned list."""
+    calls: list[torch.Size] = []
+    real_forward = model.forward
+
+    def counting_forward(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape)
+        return real_forward(*args, **kwargs)
+
+    model.forward = counting_forward  # type: ignore[method-assign]
+    return calls
+
+
 def _plain(model, ids, mask, keep):
     return model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
 
@@ -57,14 +70,7 @@ def test_matches_plain_forward_logits_loss_and_gradients(tiny_model_path: Path) 
     model = _model(tiny_model_path)
     ids, mask = _rows(prefix_len=48, tails=[20, 7, 13, 20])
     keep = torch.arange(50, ids.shape[1] - 1)
-    calls = []
-    real_forward = model.forward
-
-    def counting_forward(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape)
-        return real_forward(*args, **kwargs)
-
-    model.forward = counting_forward  # type: ignore[method-assign]
+    calls = _count_forwards(model)
     got = _loss_and_grads(model, shared_prefix_logits, ids, mask, keep)
     assert calls == [torch.Size([1, 48]), torch.Size([4, ids.shape[1] - 48])]  # prefix once
     want = _loss_and_grads(model, _plain, ids, mask, keep)
@@ -119,14 +125,7 @@ def test_gradient_checkpointing_uses_the_plain_forward(tiny_model_path: Path) ->
     model.train()
     ids, mask = _rows(prefix_len=48, tails=[10, 12])
     keep = torch.arange(49, ids.shape[1] - 1)
-    calls = []
-    real_forward = model.forward
-
-    def counting_forward(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape)
-        return real_forward(*args, **kwargs)
-
-    model.forward = counting_forward  # type: ignore[method-assign]
+    calls = _count_forwards(model)
     got = _loss_and_grads(model, shared_prefix_logits, ids, mask, keep)
     assert calls == [ids.shape]
     want = _loss_and_grads(model, _plain, ids, mask, keep)
