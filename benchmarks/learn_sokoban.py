@@ -101,6 +101,7 @@ def validation_success(model: str, num_episodes: int, max_new_tokens: int, cfg: 
 
 def warm_start(args: argparse.Namespace, out: Path) -> tuple[str, float]:
     """Run the defaults' warm start (SFT on the solver) into `out`; (model folder, seconds)."""
+    from agentrl.sft.train import TRAJECTORIES_FILE
     from agentrl.train.warm_start import warm_start as run_warm_start
 
     start = time.perf_counter()
@@ -108,7 +109,7 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[str, float]:
     cfg.logging.progress = False
     folder = run_warm_start(cfg, out)
     wall_s = time.perf_counter() - start
-    (folder / "expert_trajectories.jsonl").unlink(missing_ok=True)  # ~250 MB: keep results small
+    (folder / TRAJECTORIES_FILE).unlink(missing_ok=True)  # keep the results folder small
     result = json.loads((folder / "sft_result.json").read_text())
     print(
         f"warm start: {result['num_trajectories']} expert episodes, NLL "

@@ -70,7 +70,8 @@ def sft(
 
     Precedence: flags and `--set` over the `-c` file over the defaults.
     The output folder is a Hugging Face model: continue with RL via
-    `agentrl train --model OUT` or score it with `agentrl eval --model OUT`.
+    `agentrl train --model OUT` or score it with `agentrl eval --model OUT`. The expert's
+    episodes stay in OUT/expert_trajectories.parquet (`agentrl view` shows them).
     """
     from agentrl.config import ConfigError, load_config
     from agentrl.sft.config import SFTConfig

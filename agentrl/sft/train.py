@@ -9,7 +9,8 @@
 The backend, optimizer and LR schedule are the RL trainer's (`agentrl.train.backend`), so a
 fine-tuned model trains and loads exactly like an RL checkpoint. The output folder is a
 Hugging Face model folder (`agentrl train --model OUT`, `agentrl eval --model OUT`) that also
-holds the expert trajectories, `metrics.jsonl` (for `agentrl plot`) and `sft_result.json`.
+holds the expert trajectories (`expert_trajectories.parquet`), `metrics.jsonl` (for `agentrl
+plot`) and `sft_result.json`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batc
 
 log = logging.getLogger(__name__)
 
-TRAJECTORIES_FILE = "expert_trajectories.jsonl"
+TRAJECTORIES_FILE = "expert_trajectories.parquet"
 RESULT_FILE = "sft_result.json"
 NLL_SAMPLE = 512
 """Trajectories the before/after NLL is measured on (a full pass would cost an epoch's third)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 
@@ -10,7 +11,14 @@ import pytest
 
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.loop import rollout
-from agentrl.trajectory.io import read_trajectories, step_path, write_step, write_trajectories
+from agentrl.trajectory.io import (
+    read_trajectories,
+    step_path,
+    trajectory_from_dict,
+    trajectory_to_dict,
+    write_step,
+    write_trajectories,
+)
 from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
 from agentrl.trajectory.types import Status, Trajectory, Turn
 
@@ -61,3 +69,18 @@ def test_bad_files_are_named(tmp_path) -> None:
         write_trajectories(tmp_path / "x.csv", [])
     with pytest.raises(FileNotFoundError, match="no trajectory file"):
         read_trajectories(tmp_path / "missing.jsonl")
+
+
+def test_to_dict_copies_and_makes_numpy_values_plain(trajectories) -> None:
+    traj = copy.deepcopy(trajectories[0])
+    sample = traj.samples[0]
+    sample.sampler_logp = [np.float32(-0.25), *sample.sampler_logp[1:]]
+    sample.token_ids = list(np.asarray(sample.token_ids, dtype=np.int64))
+    row = trajectory_to_dict(traj)
+    assert type(row["samples"][0]["sampler_logp"][0]) is float
+    assert {type(i) for i in row["samples"][0]["token_ids"]} == {int}
+    assert json.loads(json.dumps(row)) == row
+    row["samples"][0]["loss_mask"].append(-1)  # a copy: the trajectory is untouched
+    row["turns"][0]["info"]["added"] = 1
+    assert sample.loss_mask[-1] != -1 and "added" not in traj.turns[0].info
+    assert trajectory_from_dict(row).samples[0].sampler_logp[0] == -0.25
