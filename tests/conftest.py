@@ -10,17 +10,39 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def require_part(part: str, why: str | None, switch: str) -> None:
+    """Skip when an optional system part is missing (`why` says how to install or start it);
+    fail instead where CI requires it (`CI` or the `switch` variable set), so CI skips none."""
+    if why is None:
+        return
+    if os.environ.get("CI") or os.environ.get(switch):
+        pytest.fail(f"{part} is required here ({switch} or CI is set): {why}")
+    pytest.skip(f"needs {part}: {why} (set {switch}=1 to fail instead of skipping)")
+
+
 @pytest.fixture(scope="session")
 def require_docker() -> None:
-    """Skip without a Docker daemon and the sandbox image; fail instead where CI requires
-    Docker (`CI` or `AGENTRL_REQUIRE_DOCKER` set), so no Docker test is skipped there."""
+    """A Docker daemon and the sandbox image (`AGENTRL_REQUIRE_DOCKER=1` in CI)."""
     from agentrl.sandbox.docker import unavailable_reason
 
-    why = unavailable_reason()
-    if why is not None:
-        if os.environ.get("CI") or os.environ.get("AGENTRL_REQUIRE_DOCKER"):
-            pytest.fail(f"Docker is required here: {why}")
-        pytest.skip(why)
+    require_part("Docker", unavailable_reason(), "AGENTRL_REQUIRE_DOCKER")
+
+
+@pytest.fixture(scope="session")
+def require_bwrap() -> None:
+    """A working bubblewrap for `LocalSandbox` (`AGENTRL_REQUIRE_BWRAP=1` in CI)."""
+    from agentrl.sandbox.local import unavailable_reason
+
+    require_part("bubblewrap", unavailable_reason(), "AGENTRL_REQUIRE_BWRAP")
+
+
+@pytest.fixture(scope="session")
+def require_chromium() -> str:
+    """The path of a headless-capable Chromium (`AGENTRL_REQUIRE_CHROMIUM=1` in CI)."""
+    from agentrl.trajectory._browser import find_chromium, unavailable_reason
+
+    require_part("Chromium", unavailable_reason(), "AGENTRL_REQUIRE_CHROMIUM")
+    return str(find_chromium())
 
 
 @pytest.fixture(scope="module")

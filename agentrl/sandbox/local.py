@@ -30,6 +30,26 @@ from agentrl.sandbox.base import (
 )
 from agentrl.sandbox.config import SandboxConfig
 
+HOW_TO_INSTALL_BWRAP = (
+    "Install bubblewrap: `sudo apt-get install -y bubblewrap` (Debian/Ubuntu; "
+    "`dnf install bubblewrap` on Fedora), or use the docker backend."
+)
+
+
+def unavailable_reason() -> str | None:
+    """Why `LocalSandbox` cannot run code here, or None when it can (one trivial run)."""
+    if shutil.which("bwrap") is None:
+        return f"bubblewrap (`bwrap`) is not installed. {HOW_TO_INSTALL_BWRAP}"
+    result = LocalSandbox(timeout=10).run(["true"])
+    if result.exit_code != 0 or result.timed_out:
+        return (
+            f"bubblewrap is installed but cannot start a sandbox here "
+            f"({result.stderr.strip() or f'exit code {result.exit_code}'}): unprivileged user "
+            "namespaces may be off (`sudo sysctl -w kernel.unprivileged_userns_clone=1`, or "
+            "inside a container run it with `--privileged`), or use the docker backend."
+        )
+    return None
+
 
 class LocalSandbox(Sandbox):
     """Runs code under bubblewrap (`bwrap`) on this machine; see the module docstring."""
@@ -40,8 +60,7 @@ class LocalSandbox(Sandbox):
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None:
             raise SandboxUnavailableError(
-                "bubblewrap is not installed (apt-get install -y bubblewrap); "
-                "or use the docker backend."
+                f"bubblewrap (`bwrap`) is not installed. {HOW_TO_INSTALL_BWRAP}"
             )
 
     def _argv(self, workdir: str, command: list[str]) -> list[str]:

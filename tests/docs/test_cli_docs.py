@@ -2,7 +2,8 @@
 
 The command tree is read from the typer app, so a new command without a section in
 docs/cli.md fails here. Examples run top to bottom in one scratch folder; `bash norun`
-examples (Docker) are only checked against the command's options.
+examples (Docker) are only checked against the command's options, and `bash needs=bwrap`
+examples run in a test of their own that skips without bubblewrap.
 """
 
 from __future__ import annotations
@@ -117,23 +118,43 @@ def test_every_command_help_works() -> None:
         assert result.exit_code == 0, f"agentrl {path} --help:\n{result.output}"
 
 
+def _examples(needs: str | None) -> list[str]:
+    """The runnable bash examples of docs/cli.md that need the system part `needs` (a
+    `needs=bwrap` tag on the fence), or, with None, those that need no optional part."""
+    found = []
+    for info, code in fenced_blocks(CLI_DOC.read_text()):
+        words = info.split()
+        tags = {w.split("=", 1)[1] for w in words if w.startswith("needs=")}
+        if block_language(info) == "bash" and "norun" not in words:
+            if (needs in tags) if needs else not tags:
+                found.append(code)
+    return found
+
+
+def _run_example(code: str, cwd: Path) -> None:
+    proc = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", code],
+        cwd=cwd,
+        env=venv_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"`{code.strip()}` failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
+
+
+def test_bwrap_examples_run(tmp_path: Path, require_bwrap: None) -> None:
+    examples = _examples("bwrap")
+    assert any("sandbox check --backend local" in code for code in examples)
+    for code in examples:
+        _run_example(code, tmp_path)
+
+
 @pytest.mark.slow
 def test_examples_run(tmp_path: Path) -> None:
     ran = 0
-    for info, code in fenced_blocks(CLI_DOC.read_text()):
-        if block_language(info) != "bash" or "norun" in info.split():
-            continue
-        proc = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", code],
-            cwd=tmp_path,
-            env=venv_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, (
-            f"`{code.strip()}` failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
-        )
+    for code in _examples(None):
+        _run_example(code, tmp_path)
         ran += 1
     assert ran >= 10
     assert (tmp_path / "curves.png").is_file() and (tmp_path / "episode.html").is_file()

@@ -49,7 +49,7 @@ SOLUTIONS = {
 
 
 @pytest.fixture(scope="module")
-def local_sandbox() -> LocalSandbox:
+def local_sandbox(require_bwrap: None) -> LocalSandbox:
     return LocalSandbox(timeout=10)
 
 

@@ -207,7 +207,7 @@ def test_health_check_and_recycling(docker_sandbox) -> None:
     assert docker_sandbox.health_check() == {"healthy": 2, "replaced": 0}
 
 
-def test_containers_labelled_and_removed_on_close() -> None:
+def test_containers_labelled_and_removed_on_close(require_docker: None) -> None:
     from agentrl.sandbox import DockerSandbox
 
     sandbox = DockerSandbox(pool_size=1, max_uses=2)
@@ -228,7 +228,7 @@ def test_containers_labelled_and_removed_on_close() -> None:
     assert not left & set(ids + new_ids)
 
 
-def test_leftovers_of_dead_owner_are_reaped() -> None:
+def test_leftovers_of_dead_owner_are_reaped(require_docker: None) -> None:
     from agentrl.sandbox.docker import LABEL, OWNER_LABEL, connect, reap_leftovers
 
     client = connect()
