@@ -29,6 +29,36 @@ def parse_env_kwargs(pairs: list[str] | None) -> dict[str, Any]:
 _SET_HELP = "Env constructor argument as key=value (repeatable), e.g. --set num_boxes=2."
 
 
+def registered_max_turns(name: str) -> int | None:
+    """The turn limit of NAME as registered (its defaults, else its class attribute)."""
+    from agentrl.envs.registry import _resolve, spec
+
+    env_spec = spec(name)
+    target = env_spec.entry_point
+    target = _resolve(target) if isinstance(target, str) else target
+    return env_spec.defaults.get("max_turns", getattr(target, "max_turns", None))
+
+
+def train_settings(name: str) -> tuple[dict[str, Any], int, str]:
+    """How `agentrl train --env NAME` plays NAME by default (CPU defaults, and the env's own
+    `agentrl/train/defaults/cpu-NAME.yaml` when there is one): its env keyword arguments,
+    its turns per episode, and the settings that differ from the registered env
+    (e.g. `history_turns 0, max_turns=10`)."""
+    from agentrl.train._cli import resolve_train_config
+
+    cfg = resolve_train_config(
+        config_file=None, overrides=[], preset=None, flags={"env.name": name}
+    )
+    kwargs = cfg.env.kwargs
+    env_turns = kwargs.get("max_turns", registered_max_turns(name))
+    turns = min(t for t in (cfg.rollout.max_turns, env_turns) if t is not None)
+    parts = (
+        [] if cfg.rollout.history_turns is None else [f"history_turns {cfg.rollout.history_turns}"]
+    )
+    parts += [f"{k}={v}" for k, v in kwargs.items()]
+    return dict(kwargs), turns, ", ".join(parts)
+
+
 @envs_app.command("list")
 def list_envs() -> None:
     """Show every registered env: name, one-line description and where it comes from."""
@@ -38,17 +68,31 @@ def list_envs() -> None:
     from agentrl.envs.registry import registry
 
     table = Table(title="registered envs", title_justify="left")
-    table.add_column("name", style="bold")
+    table.add_column("name", style="bold", no_wrap=True)
     table.add_column("description", overflow="fold")
     table.add_column("source")
+    table.add_column("turns")
+    notes = []
     for name, env_spec in registry().items():
         try:
             description = env_spec.description
+            _, train_turns, extras = train_settings(name)
+            turns = str(registered_max_turns(name))
         except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
-            description = f"[red]cannot import: {e}[/red]"
+            description, turns, train_turns, extras = f"[red]cannot import: {e}[/red]", "", 0, ""
+        if turns and str(train_turns) != turns:
+            turns += f" (train {train_turns})"
+        if extras:
+            notes.append(f"{name}: `agentrl train` also sets {extras}")
         needs = f" (needs {', '.join(env_spec.requires)})" if env_spec.requires else ""
-        table.add_row(name, description + needs, env_spec.source)
-    Console(width=max(100, Console().width)).print(table)
+        table.add_row(name, description + needs, env_spec.source, turns)
+    console = Console(width=max(100, Console().width))
+    console.print(table)
+    notes.append(
+        "turns: the registered env's limit; (train N): the turns of `agentrl train --env NAME` "
+        "by default (agentrl/train/defaults/). `agentrl eval` uses a model's own settings."
+    )
+    console.print("\n".join(notes), highlight=False, markup=False)
 
 
 @envs_app.command("check")
@@ -57,15 +101,38 @@ def check(
     seed: int = typer.Option(0, help="First seed the checks use."),
     episodes: int = typer.Option(3, help="Episodes per check (determinism, random play)."),
     set_: list[str] = typer.Option(None, "--set", help=_SET_HELP),
+    train_defaults: bool = typer.Option(
+        False,
+        "--train-defaults",
+        help="Check NAME with the env arguments `agentrl train` uses (before --set).",
+    ),
 ) -> None:
-    """Run the TokenEnv contract checks on NAME; exit code 1 if any fails."""
+    """Run the TokenEnv contract checks on NAME; exit code 1 if any fails.
+
+    Without --train-defaults the env has its registered defaults; the last line says how
+    `agentrl train` plays it by default."""
     from rich.console import Console
 
     from agentrl.envs.check import check_env
 
-    report = check_env(name, seed=seed, num_episodes=episodes, **parse_env_kwargs(set_))
+    trained = None
+    try:
+        trained = train_settings(name)
+    except Exception:  # noqa: BLE001 - a name that cannot be built: check_env reports it
+        pass
+    kwargs = {**(trained[0] if trained and train_defaults else {}), **parse_env_kwargs(set_)}
+    report = check_env(name, seed=seed, num_episodes=episodes, **kwargs)
     console = Console(width=max(100, Console().width))
     console.print(report)
+    if trained:
+        used = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "none"
+        extras = f", {trained[2]}" if trained[2] else ""
+        console.print(
+            f"checked with env arguments: {used} (registered defaults otherwise, "
+            f"{registered_max_turns(name)} turns); `agentrl train --env {name}` plays it with "
+            f"{trained[1]} turns{extras}",
+            highlight=False,
+        )
     if not report.ok:
         console.print(f"[red]{len(report.failures)} check(s) failed[/red]")
         raise typer.Exit(1)

@@ -413,8 +413,11 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
             env_s += time.monotonic() - t0
 
     try:
-        (system_prompt, env_max_turns, tools), (observation, _) = await env_call("start", seed)
+        (system_prompt, env_max_turns, tools), (observation, reset_info) = await env_call(
+            "start", seed
+        )
         traj.system_prompt, traj.first_observation = system_prompt, observation
+        traj.reset_info = dict(reset_info or {})
         tokens = EpisodeTokens(
             bridge, system_prompt, observation, tools=tools, history_turns=cfg.history_turns
         )

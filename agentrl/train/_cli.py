@@ -1,4 +1,4 @@
-"""`agentrl train`, `agentrl eval`, `agentrl export`, `agentrl plot`.
+"""`agentrl train`, `agentrl export`, `agentrl plot` (and `agentrl eval`, from `_eval_cli`).
 
 Heavy libraries (torch, transformers) are imported inside the commands so `agentrl --help`
 stays fast.
@@ -200,127 +200,41 @@ def train(
         raise typer.Exit(130) from None
 
 
-def eval_cmd(
-    model: Annotated[
-        str, typer.Option("--model", help="Run dir, checkpoint, model folder, alias or HF id.")
-    ],
-    env: Annotated[str, typer.Option("--env", help="Env name or module.path:Class.")] = "sokoban",
-    episodes: Annotated[
-        int, typer.Option("--episodes", help="Validation episodes (fixed seeds).")
-    ] = 32,
-    temperature: Annotated[
-        float, typer.Option("--temperature", help="Sampling temperature.")
-    ] = 0.5,
-    max_new_tokens: Annotated[
-        int, typer.Option("--max-new-tokens", help="Ids sampled per turn.")
-    ] = 64,
-    seed_offset: Annotated[
-        int,
-        typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds)."),
-    ] = 1_000_000,
-    engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
-    history_turns: Annotated[
-        int | None,
-        typer.Option(
-            "--history-turns",
-            help="Earlier turns in each prompt (rollout.history_turns); default: a run "
-            "directory's own setting, else the whole conversation.",
-        ),
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="Env keyword argument key=value (repeatable).")
-    ] = None,
-) -> None:
-    """Report the success rate of a model on N fixed validation seeds of an env."""
-    import functools
-
-    from agentrl.config import _parse_value
-    from agentrl.envs import make
-    from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
-    from agentrl.rollout.models import load_tokenizer
-    from agentrl.train.checkpoint import model_dir
-    from agentrl.train.engines import SeededEngine, build_engine
-    from agentrl.train.evaluate import evaluate
-
-    path = Path(model)
-    env_kwargs: dict[str, Any] = {}
-    if path.exists():
-        try:
-            model = str(model_dir(path))
-        except FileNotFoundError as e:
-            _fail(str(e))
-        run_cfg = _run_config(path)
-        if run_cfg is not None and run_cfg.env.name == env:
-            env_kwargs.update(run_cfg.env.kwargs)  # the env as the run trained on it
-            if history_turns is None:
-                history_turns = run_cfg.rollout.history_turns
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            _fail(f"--set {item!r}: expected key=value")
-        env_kwargs[key] = _parse_value(value)
-    from agentrl.config import TrainConfig
-
-    cfg = TrainConfig(engine=EngineConfig(name=engine))
-    cfg.model.name = model
-    from agentrl.rollout.models import resolve_model
-
-    model_path = resolve_model(model)
-    tokenizer = load_tokenizer(str(model_path))
-    sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=0)
-    runner = SeededEngine(build_engine(cfg, model_path))
-    try:
-        result = evaluate(
-            runner,
-            functools.partial(make, env, **env_kwargs),
-            tokenizer,
-            num_episodes=episodes,
-            seed_offset=seed_offset,
-            rollout_cfg=RolloutConfig(history_turns=history_turns),
-            sampling=sampling.to_params(),
-            env_name=env,
-        )
-    finally:
-        runner.close()
-    typer.echo(
-        f"{env}: success rate {result['success_rate']:.3f} over {episodes} episodes "
-        f"(seeds {seed_offset}..{seed_offset + episodes - 1}, temperature {temperature:g}); "
-        f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
-    )
-
-
-def _run_config(path: Path) -> Any:
-    """The config of the run `path` is (or is inside, for a checkpoint), else None."""
-    from agentrl.config import load_config
-
-    for folder in (path, *path.parents[:2]):
-        if (folder / "config.yaml").is_file() and (folder / "metrics.jsonl").is_file():
-            return load_config(folder / "config.yaml")
-    return None
-
-
 def export(
     run: Annotated[Path, typer.Argument(help="Run directory, checkpoint folder or model folder.")],
     out: Annotated[Path, typer.Option("--out", help="Destination folder (created).")],
 ) -> None:
-    """Write the latest policy of a run as a plain Hugging Face model folder."""
+    """Write the latest policy of a run as a plain Hugging Face model folder, with the
+    settings it was trained with (`agentrl_settings.yaml`, which `agentrl eval` reads)."""
     import shutil
 
+    from agentrl.config import ConfigError
     from agentrl.train.checkpoint import model_dir
+    from agentrl.train.model_settings import (
+        describe_model_folder,
+        read_model_settings,
+        write_model_settings,
+    )
 
     try:
         source = model_dir(run)
-    except FileNotFoundError as e:
+        settings = read_model_settings(source)
+    except FileNotFoundError:
+        _fail(describe_model_folder(run))
+    except ConfigError as e:
         _fail(str(e))
     if out.exists() and any(out.iterdir()):
         _fail(f"--out {out} exists and is not empty")
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(source, tmp)
+    if settings is not None:
+        write_model_settings(tmp, settings)
     if out.exists():
         out.rmdir()
     tmp.rename(out)
-    typer.echo(f"exported {source} -> {out}")
+    note = f" with its settings from {settings.source}" if settings is not None else ""
+    typer.echo(f"exported {source} -> {out}{note}")
 
 
 def plot(
@@ -343,6 +257,8 @@ def plot(
 def register(app: typer.Typer) -> None:
     """Add the commands to the `agentrl` app."""
     app.command("train")(train)
+    from agentrl.train._eval_cli import eval_cmd
+
     app.command("eval")(eval_cmd)
     app.command("export")(export)
     app.command("plot")(plot)

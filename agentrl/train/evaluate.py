@@ -1,7 +1,14 @@
-"""Evaluation: success rate on fixed validation seeds at a fixed temperature."""
+"""Evaluation: success rate on fixed validation seeds at a fixed temperature.
+
+Besides the success rate, `evaluate` reports its binomial standard error and, for envs whose
+`reset` info names the optimal solution length (Sokoban's `optimal_len`), the success on short
+(at most `SHORT_SOLUTION_MAX` moves) and long rooms apart.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -9,6 +16,10 @@ import numpy as np
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.engine import Engine, SamplingParams
 from agentrl.rollout.loop import EnvFactory, rollout
+from agentrl.trajectory.types import Trajectory
+
+SHORT_SOLUTION_MAX = 6
+"""Rooms whose optimal solution takes at most this many moves are `short`; longer are `long`."""
 
 
 def validation_seeds(num_episodes: int, seed_offset: int) -> list[int]:
@@ -18,6 +29,41 @@ def validation_seeds(num_episodes: int, seed_offset: int) -> list[int]:
     [1000000, 1000001, 1000002]
     """
     return [seed_offset + i for i in range(num_episodes)]
+
+
+def success_stats(successes: Sequence[bool]) -> tuple[float, float]:
+    """Success rate p of `successes` and its binomial standard error sqrt(p (1 - p) / n).
+
+    >>> success_stats([True, True, True, False])
+    (0.75, 0.21650635094610965)
+    """
+    if not successes:
+        return float("nan"), float("nan")
+    p = float(np.mean(successes))
+    return p, math.sqrt(p * (1.0 - p) / len(successes))
+
+
+def evaluation_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """The metrics of `evaluate` for finished validation episodes (see there)."""
+    success, se = success_stats([t.success for t in trajs])
+    metrics = {
+        "success_rate": success,
+        "success_se": se,
+        "reward_mean": float(np.mean([t.total_reward for t in trajs])),
+        "num_turns": float(np.mean([t.num_turns for t in trajs])),
+        "num_episodes": float(len(trajs)),
+        "error_frac": float(np.mean([not t.status.trainable for t in trajs])),
+    }
+    lengths = [t.reset_info.get("optimal_len") for t in trajs]
+    if not lengths or any(n is None for n in lengths):
+        return metrics
+    short = [int(n) <= SHORT_SOLUTION_MAX for n in lengths]
+    for name, want in (("short", True), ("long", False)):
+        part = [t.success for t, s in zip(trajs, short, strict=True) if s == want]
+        metrics[f"num_episodes_{name}"] = float(len(part))
+        if part:
+            metrics[f"success_{name}"], metrics[f"success_{name}_se"] = success_stats(part)
+    return metrics
 
 
 def evaluate(
@@ -31,8 +77,14 @@ def evaluate(
     sampling: SamplingParams,
     env_name: str = "",
 ) -> dict[str, float]:
-    """One episode per validation seed; returns `success_rate`, `reward_mean`, `num_turns`,
-    `num_episodes` and `error_frac`."""
+    """One episode per validation seed.
+
+    Returns `success_rate` and its standard error `success_se`, `reward_mean`, `num_turns`,
+    `num_episodes` and `error_frac`. When every episode's reset info has `optimal_len`, also
+    `success_short` / `success_long` (optimal solution at most `SHORT_SOLUTION_MAX` moves, or
+    more), their `_se`, and `num_episodes_short` / `num_episodes_long`; a part without
+    episodes has only its count.
+    """
     result = rollout(
         engine,
         env_factory,
@@ -43,11 +95,4 @@ def evaluate(
         sampling=sampling,
         env_name=env_name,
     )
-    trajs = result.trajectories
-    return {
-        "success_rate": float(np.mean([t.success for t in trajs])),
-        "reward_mean": float(np.mean([t.total_reward for t in trajs])),
-        "num_turns": float(np.mean([t.num_turns for t in trajs])),
-        "num_episodes": float(len(trajs)),
-        "error_frac": float(np.mean([not t.status.trainable for t in trajs])),
-    }
+    return evaluation_metrics(result.trajectories)

@@ -150,7 +150,7 @@ def read_trajectories(path: str | Path) -> TrajectoryFile:
 
 # Parquet keeps token data as typed list columns; free-form fields (env info, observations,
 # metrics) are JSON strings so rows with different keys share one schema.
-_JSON_FIELDS = ("first_observation", "metrics")
+_JSON_FIELDS = ("first_observation", "reset_info", "metrics")
 _TURN_JSON_FIELDS = ("observation", "info")
 
 
@@ -167,7 +167,10 @@ def _flatten(row: dict[str, Any]) -> dict[str, Any]:
 def _unflatten(row: dict[str, Any]) -> dict[str, Any]:
     row = dict(row)
     for key in _JSON_FIELDS:
-        row[key] = json.loads(row[key])
+        if row.get(key) is not None:  # files written before `reset_info` lack its column
+            row[key] = json.loads(row[key])
+        else:
+            row.pop(key, None)
     row["turns"] = [
         {**t, **{key: json.loads(t[key]) for key in _TURN_JSON_FIELDS}} for t in row["turns"]
     ]
@@ -206,6 +209,7 @@ def _schema(pa: Any) -> Any:
             ("status", pa.string()),
             ("system_prompt", pa.string()),
             ("first_observation", pa.string()),
+            ("reset_info", pa.string()),
             ("per_turn_samples", pa.bool_()),
             ("error", pa.string()),
             ("metrics", pa.string()),

@@ -75,6 +75,8 @@ class Trajectory:
     status: Status = Status.OK
     system_prompt: str = ""
     first_observation: Observation = ""
+    reset_info: dict[str, Any] = field(default_factory=dict)
+    """The env's `reset` info (e.g. Sokoban's `optimal_len`, for evaluation breakdowns)."""
     per_turn_samples: bool = False
     error: str | None = None
     """Why the episode ended with `env_error` / `engine_error`, or why it was truncated."""

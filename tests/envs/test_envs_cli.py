@@ -21,6 +21,22 @@ def test_envs_list_shows_sokoban_variants() -> None:
     assert "agentrl" in result.output  # the source column
 
 
+def test_envs_list_and_check_show_the_training_defaults() -> None:
+    """Sokoban registers 5 turns; `agentrl train --env sokoban` plays 10, one turn in context."""
+    listed = runner.invoke(app, ["envs", "list"]).output
+    assert "5 (train 10)" in listed
+    assert "sokoban: `agentrl train` also sets history_turns 0, max_turns=10" in listed
+    checked = runner.invoke(app, ["envs", "check", "sokoban", "--episodes", "1"])
+    assert checked.exit_code == 0, checked.output
+    text = " ".join(checked.output.split())
+    assert "checked with env arguments: none (registered defaults otherwise, 5 turns)" in text
+    assert "`agentrl train --env sokoban` plays it with 10 turns, history_turns 0" in text
+    args = ["envs", "check", "sokoban", "--episodes", "1", "--train-defaults", "--set", "x=1"]
+    trained = runner.invoke(app, args)
+    assert trained.exit_code == 1  # the --set keyword is not Sokoban's
+    assert "checked with env arguments: max_turns=10, x=1" in " ".join(trained.output.split())
+
+
 def test_envs_check_exit_codes() -> None:
     ok = runner.invoke(app, ["envs", "check", "sokoban", "--episodes", "1"])
     assert ok.exit_code == 0, ok.output

@@ -235,3 +235,16 @@ def test_history_window_prompts_keep_system_and_last_turns(family, history_turns
                 turns[-1] = [*turns[-1], answer]
                 turns.append([{"role": m["role"], "content": m["content"]} for m in obs])
     assert result.metrics["rollout/per_turn_sample_rate"] == 1.0
+
+
+class _InfoEnv(ScriptedEnv):
+    """A scripted env whose reset info names the seed, as Sokoban's names `optimal_len`."""
+
+    def reset(self, *, seed=None, options=None):
+        observation, _ = super().reset(seed=seed, options=options)
+        return observation, {"optimal_len": seed % 10}
+
+
+def test_trajectories_keep_the_reset_info() -> None:
+    _, result = _run(env=_InfoEnv, seeds=(3, 14), group_size=2)
+    assert [t.reset_info for t in result.trajectories] == [{"optimal_len": n} for n in (3, 3, 4, 4)]

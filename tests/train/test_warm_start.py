@@ -60,12 +60,10 @@ def test_train_warm_starts_then_resume_reuses_it(tmp_path: Path) -> None:
     assert [json.loads(line)["step"] for line in lines][-1] == 2
 
     # `agentrl eval` on the run plays it as trained: its env kwargs, one sample per turn.
-    from agentrl.train._cli import _run_config
-
-    run_cfg = _run_config(run_dir / "checkpoints")
-    assert run_cfg.rollout.history_turns == 0 and run_cfg.env.kwargs["max_turns"] == 10
     scored = runner.invoke(app, ["eval", "--model", str(run_dir), "--episodes", "2"])
     assert scored.exit_code == 0, scored.output
+    first = scored.output.splitlines()[0]
+    assert "env sokoban(max_turns=10), max_turns 10, history_turns 0" in first
     assert "over 2 episodes" in scored.output
 
 

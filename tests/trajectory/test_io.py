@@ -31,6 +31,7 @@ def trajectories() -> list[Trajectory]:
     trajs = result.trajectories
     trajs[0].status, trajs[0].error = Status.ENV_ERROR, "boom"
     trajs[1].turns[0].info["np"] = np.float32(0.5)  # numpy values in info are made JSON-safe
+    trajs[2].reset_info = {"optimal_len": 4}
     return trajs
 
 
@@ -45,6 +46,18 @@ def test_round_trip(tmp_path, trajectories, fmt) -> None:
     for got, want in zip(loaded.trajectories, trajectories, strict=True):
         assert got == want
     assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_parquet_written_before_reset_info_reads(tmp_path, trajectories) -> None:
+    import pyarrow.parquet as pq
+
+    path = write_trajectories(tmp_path / "new.parquet", trajectories)
+    table = pq.read_table(path)
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(["reset_info"]), old)
+    loaded = read_trajectories(old).trajectories
+    assert [t.reset_info for t in loaded] == [{}] * len(trajectories)
+    assert [t.seed for t in loaded] == [t.seed for t in trajectories]
 
 
 def test_parquet_schema_covers_every_field() -> None:

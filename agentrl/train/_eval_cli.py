@@ -1,0 +1,222 @@
+"""`agentrl eval`: success rate (± standard error) of a model on fixed validation seeds.
+
+A model folder agentrl wrote carries the settings it was trained with (`agentrl_settings.yaml`,
+see `agentrl.train.model_settings`); eval plays the env with them, flags override them, and
+the first line of output says which settings were used and where they came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentrl.train._cli import _fail
+from agentrl.train.model_settings import ModelSettings
+
+DEFAULT_ENV = "sokoban"
+"""The env of `agentrl eval` when neither `--env` nor the model's settings name one."""
+
+
+def eval_settings(
+    saved: ModelSettings | None, *, env: str | None, flags: dict[str, Any]
+) -> tuple[ModelSettings, str]:
+    """The settings an evaluation uses: `saved` (the model's own, if any) with the `flags`
+    that are not None put over them; and a note on where they came from.
+
+    `flags` holds `env_kwargs` (merged into the saved ones) and any `ModelSettings` field.
+    With `env` naming another env than the model was trained on, the saved settings are
+    not used at all.
+    """
+    if saved is not None and env is not None and env != saved.env.name:
+        origin = f"defaults ({saved.source} is for env {saved.env.name}, not {env})"
+        saved = None
+    elif saved is not None:
+        origin = f"the model's settings: {saved.source}"
+    else:
+        origin = "defaults (the model has no saved settings)"
+    base = saved or ModelSettings(env={"name": env or DEFAULT_ENV})
+    update: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
+    kwargs = update.pop("env_kwargs", None) or {}
+    settings = base.model_copy(
+        update={**update, "env": base.env.model_copy(update={"kwargs": base.env.kwargs | kwargs})}
+    )
+    named = [f"--{k.replace('_', '-')}" for k in update] + [f"--set {k}" for k in kwargs]
+    if named:
+        origin += f"; flags: {', '.join(named)}"
+    return settings, origin
+
+
+def settings_line(
+    s: ModelSettings, *, env_max_turns: int, temperatures: list[float], episodes: int
+) -> str:
+    """The first line of `agentrl eval`'s output: every setting that shapes the episodes."""
+    kwargs = ", ".join(f"{k}={v}" for k, v in s.env.kwargs.items())
+    temps = " and ".join(f"{t:g}" for t in temperatures)
+    history = "all" if s.history_turns is None else s.history_turns
+    return (
+        f"settings: env {s.env.name}({kwargs}), max_turns {s.max_turns or env_max_turns}, "
+        f"history_turns {history}, max_context_tokens {s.max_context_tokens}, "
+        f"max_new_tokens {s.max_new_tokens}, temperature {temps}, {episodes} episodes from "
+        f"seed {s.eval_seed_offset}"
+    )
+
+
+def result_lines(
+    result: dict[str, float], *, env: str, temperature: float, seed_offset: int
+) -> str:
+    """The success rate ± standard error of one evaluation and, when there is one, its
+    breakdown by optimal solution length."""
+    from agentrl.train.evaluate import SHORT_SOLUTION_MAX
+
+    n = int(result["num_episodes"])
+    text = (
+        f"{env}: success rate {result['success_rate']:.3f} ± {result['success_se']:.3f} over "
+        f"{n} episodes (seeds {seed_offset}..{seed_offset + n - 1}, temperature {temperature:g}); "
+        f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
+    )
+    if "num_episodes_short" not in result:
+        return text
+    parts = []
+    for name, label in (
+        ("short", f"<= {SHORT_SOLUTION_MAX}"),
+        ("long", f">= {SHORT_SOLUTION_MAX + 1}"),
+    ):
+        count = int(result[f"num_episodes_{name}"])
+        if count:
+            rate, se = result[f"success_{name}"], result[f"success_{name}_se"]
+            parts.append(f"{label} moves {rate:.3f} ± {se:.3f} ({count} episodes)")
+        else:
+            parts.append(f"{label} moves: no episodes")
+    return text + "\n  by optimal solution length: " + "; ".join(parts)
+
+
+def eval_cmd(
+    model: Annotated[
+        str, typer.Option("--model", help="Run dir, checkpoint, model folder, alias or HF id.")
+    ],
+    env: Annotated[
+        str | None,
+        typer.Option("--env", help="Env name or module.path:Class (default: the model's env)."),
+    ] = None,
+    episodes: Annotated[
+        int, typer.Option("--episodes", help="Validation episodes (fixed seeds).")
+    ] = 32,
+    temperature: Annotated[
+        list[float] | None,
+        typer.Option(
+            "--temperature",
+            help="Sampling temperature (default: the run's eval temperature, else 0.5); "
+            "repeat it to evaluate at several, e.g. --temperature 0.5 --temperature 0.",
+        ),
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option("--max-new-tokens", help="Ids sampled per turn.")
+    ] = None,
+    seed_offset: Annotated[
+        int | None,
+        typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds)."),
+    ] = None,
+    engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
+    history_turns: Annotated[
+        int | None,
+        typer.Option(
+            "--history-turns", help="Earlier turns in each prompt (rollout.history_turns)."
+        ),
+    ] = None,
+    max_turns: Annotated[
+        int | None, typer.Option("--max-turns", help="Turns per episode (rollout.max_turns).")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Env keyword argument key=value (repeatable).")
+    ] = None,
+) -> None:
+    """Report the success rate ± standard error of a model on N fixed validation seeds.
+
+    The settings default to those the model was trained with (env and its keyword arguments,
+    max_turns, history_turns, context and answer limits, eval temperature and seeds), saved in
+    its folder; flags override them. The first line says which were used and from where.
+    """
+    import functools
+
+    from agentrl.config import ConfigError, TrainConfig, _parse_value
+    from agentrl.envs import make
+    from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
+    from agentrl.rollout.models import load_tokenizer, resolve_model
+    from agentrl.train.checkpoint import model_dir
+    from agentrl.train.engines import SeededEngine, build_engine
+    from agentrl.train.evaluate import evaluate
+    from agentrl.train.model_settings import describe_model_folder, read_model_settings
+
+    saved = None
+    if Path(model).exists():
+        try:
+            folder = model_dir(Path(model))
+        except FileNotFoundError:
+            _fail(describe_model_folder(Path(model)))
+        model = str(folder)
+        try:
+            saved = read_model_settings(folder)
+        except ConfigError as e:
+            _fail(str(e))
+    env_kwargs: dict[str, Any] = {}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"--set {item!r}: expected key=value")
+        env_kwargs[key] = _parse_value(value)
+    flags = {
+        "env_kwargs": env_kwargs,
+        "max_turns": max_turns,
+        "history_turns": history_turns,
+        "max_new_tokens": max_new_tokens,
+        "eval_seed_offset": seed_offset,
+    }
+    settings, origin = eval_settings(saved, env=env, flags=flags)
+    env_factory = functools.partial(make, settings.env.name, **settings.env.kwargs)
+    try:
+        probe = env_factory()
+    except (KeyError, ImportError, TypeError, ValueError) as e:
+        _fail(f"env {settings.env.name} with {settings.env.kwargs}: {e}")
+    temperatures = temperature or [settings.eval_temperature]
+    line = settings_line(
+        settings, env_max_turns=probe.max_turns, temperatures=temperatures, episodes=episodes
+    )
+    probe.close()
+    typer.echo(f"{line} (from {origin})")
+
+    cfg = TrainConfig(engine=EngineConfig(name=engine))
+    cfg.model.name = model
+    model_path = resolve_model(model)
+    tokenizer = load_tokenizer(str(model_path))
+    rollout_cfg = RolloutConfig(
+        max_turns=settings.max_turns,
+        history_turns=settings.history_turns,
+        max_context_tokens=settings.max_context_tokens,
+    )
+    runner = SeededEngine(build_engine(cfg, model_path))
+    try:
+        for temp in temperatures:
+            sampling = SamplingConfig(
+                temperature=temp, max_new_tokens=settings.max_new_tokens, seed=0
+            )
+            result = evaluate(
+                runner,
+                env_factory,
+                tokenizer,
+                num_episodes=episodes,
+                seed_offset=settings.eval_seed_offset,
+                rollout_cfg=rollout_cfg,
+                sampling=sampling.to_params(),
+                env_name=settings.env.name,
+            )
+            line = result_lines(
+                result,
+                env=settings.env.name,
+                temperature=temp,
+                seed_offset=settings.eval_seed_offset,
+            )
+            typer.echo(line)
+    finally:
+        runner.close()
