@@ -5,6 +5,7 @@ Every model folder agentrl writes (`agentrl sft`, a run's warm start, RL checkpo
 `agentrl eval --model FOLDER` plays the env as training did without flags:
 
     write_model_settings(folder, cfg)        # cfg: TrainConfig, SFTConfig or ModelSettings
+    write_run_settings(run_dir, folder)      # the settings of the run in run_dir
     settings = read_model_settings(folder)   # ModelSettings, or None
     settings.history_turns, settings.source  # 0, ".../agentrl_settings.yaml"
 
@@ -91,6 +92,18 @@ def write_model_settings(folder: str | Path, cfg: Any) -> Path:
     tree = ModelSettings.from_config(cfg).model_dump(mode="json")
     path.write_text(_HEADER + yaml.safe_dump(tree, sort_keys=False))
     return path
+
+
+def write_run_settings(run_dir: str | Path, folder: str | Path) -> Path | None:
+    """Write the settings of the run in `run_dir` (its `config.yaml`) into the model folder
+    `folder` (a checkpoint's `policy/model`); None when `run_dir` holds no run config (a
+    `Trainer` driven without `agentrl train`)."""
+    run_file = _run_config_file(Path(run_dir))
+    if run_file is None:
+        return None
+    from agentrl.config import load_config
+
+    return write_model_settings(folder, load_config(run_file))
 
 
 def read_model_settings(folder: str | Path) -> ModelSettings | None:

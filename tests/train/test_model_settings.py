@@ -17,6 +17,7 @@ from agentrl.train.model_settings import (
     ModelSettings,
     read_model_settings,
     write_model_settings,
+    write_run_settings,
 )
 
 runner = CliRunner()
@@ -82,6 +83,20 @@ def test_folders_without_the_file_fall_back_to_their_run(tmp_path: Path) -> None
     assert read_model_settings(loose) is None
     (loose / "sft_config.yaml").write_text("history_turns: 2\nenv:\n  name: sokoban\n")
     assert read_model_settings(loose).history_turns == 2
+
+
+def test_a_checkpoint_gets_its_runs_settings(tmp_path: Path) -> None:
+    """What `save_checkpoint` writes into `policy/model`: the run's settings, not a copy of
+    the run config; a run directory without a config writes nothing."""
+    run = _run_dir(tmp_path)
+    model = run / "checkpoints" / "step-000004" / "policy" / "model"
+    assert write_run_settings(run, model) == model / SETTINGS_FILE
+    settings = read_model_settings(model)
+    assert settings.source == str(model / SETTINGS_FILE)
+    assert settings.history_turns == 0 and settings.max_turns == 10
+    (run / "config.yaml").unlink()
+    assert write_run_settings(run, tmp_path) is None
+    assert not (tmp_path / SETTINGS_FILE).exists()
 
 
 def test_a_broken_settings_file_is_an_error_naming_it(tmp_path: Path) -> None:
