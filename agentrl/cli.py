@@ -32,6 +32,9 @@ app.add_typer(sandbox_app, name="sandbox")  # sandbox build | check
 @app.callback()
 def _root() -> None:
     """Train LLM agents with reinforcement learning on multi-turn tasks."""
+    from agentrl._console import quiet_third_party
+
+    quiet_third_party()
 
 
 def main() -> None:

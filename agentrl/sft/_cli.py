@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Annotated
@@ -65,6 +66,12 @@ def sft(
         Path | None,
         typer.Option("--out", help="Output model folder (default runs/sft-<env>-<model>-<time>)."),
     ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume", help="Continue the killed run in this output folder from its checkpoint."
+        ),
+    ] = None,
 ) -> None:
     """Fine-tune a model on an expert's trajectories (token-exact, as RL trains on them).
 
@@ -76,6 +83,7 @@ def sft(
     from agentrl.config import ConfigError, load_config
     from agentrl.sft.config import SFTConfig
     from agentrl.sft.expert import NoExpertError
+    from agentrl.sft.train import RESULT_FILE
 
     flags = {
         "env.name": env,
@@ -89,6 +97,14 @@ def sft(
         "eval_episodes": eval_episodes,
     }
     items = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
+    if resume is not None:  # the run's own config; flags and --set still apply on top
+        if config is not None or (out is not None and out.resolve() != resume.resolve()):
+            _fail("--resume takes the run's own sft_config.yaml; leave out -c and --out")
+        config, out = resume / "sft_config.yaml", resume
+        if not config.is_file():
+            _fail(f"--resume {resume}: no sft_config.yaml there (is it an `agentrl sft` folder?)")
+        if (resume / RESULT_FILE).is_file():
+            _fail(f"--resume {resume}: that run has finished ({RESULT_FILE} is there)")
     try:
         cfg = load_config(config, items, model=SFTConfig)
     except ConfigError as e:
@@ -96,35 +112,18 @@ def sft(
     if out is None:
         name = Path(cfg.model).name or cfg.model
         out = Path("runs") / f"sft-{cfg.env.name}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if out.exists() and any(out.iterdir()):
-        _fail(f"--out {out} exists and is not empty")
+    if resume is None and out.exists() and any(out.iterdir()):
+        _fail(f"--out {out} exists and is not empty (continue a killed run with --resume {out})")
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
+    from agentrl._console import setup_logging
+    from agentrl.sft._progress import sft_progress
     from agentrl.sft.train import run_sft
 
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]sft"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("nll {task.fields[nll]}  acc {task.fields[acc]}"),
-        console=console,
-    ) as bar:
-        task = bar.add_task("sft", total=None, nll="-", acc="-")
-
-        def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
-            bar.update(
-                task,
-                completed=step,
-                total=total,
-                nll=f"{metrics['sft/nll']:.3f}",
-                acc=f"{metrics['sft/token_accuracy']:.2f}",
-            )
-
+    setup_logging()
+    logging.getLogger("agentrl").info("output folder %s", out)
+    with sft_progress() as (on_episode, on_step):
         try:
-            result = run_sft(cfg, out, on_step=on_step)
+            result = run_sft(cfg, out, on_step=on_step, on_episode=on_episode)
         except (NoExpertError, ValueError) as e:
             _fail(str(e))
     typer.echo(

@@ -70,6 +70,9 @@ class SFTConfig(BaseModel):
     """Seed for torch (init of nothing, batch shuffling) and the evaluation sampler."""
     num_threads: int = Field(default=1, ge=0)
     """torch intra-op threads on CPU; 0 keeps torch's default."""
+    checkpoint_every_s: float | None = Field(default=120.0, ge=0)
+    """Seconds of training between checkpoints (`<out>/sft_checkpoint`, for `--resume`);
+    0 writes one after every step, None none."""
 
     @field_validator("optim", mode="before")
     @classmethod

@@ -9,7 +9,7 @@ RL trainer would build had the policy sampled these ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -110,6 +110,17 @@ def expert_trajectories(
     tokenizer: Any,
     seeds: Sequence[int],
     expert: Expert,
+    **kwargs: Any,
+) -> list[Trajectory]:
+    """One expert episode per seed, as a list; see `iter_expert_trajectories`."""
+    return list(iter_expert_trajectories(env_factory, tokenizer, seeds, expert, **kwargs))
+
+
+def iter_expert_trajectories(
+    env_factory: Callable[[], TokenEnv],
+    tokenizer: Any,
+    seeds: Sequence[int],
+    expert: Expert,
     *,
     max_actions_per_turn: int | None = None,
     max_context_tokens: int = 4096,
@@ -117,15 +128,15 @@ def expert_trajectories(
     history_turns: int | None = None,
     noise: float = 0.0,
     noise_seed: int = 0,
-) -> list[Trajectory]:
-    """One expert episode per seed (group id = position in `seeds`); `noise` as in
-    `expert_episode`, its random answers drawn from `noise_seed`."""
+) -> Iterator[Trajectory]:
+    """One expert episode per seed (group id = position in `seeds`), played as they are
+    consumed; `noise` as in `expert_episode`, its random answers drawn from `noise_seed`."""
     bridge = ChatBridge(tokenizer)
     rng = np.random.default_rng(noise_seed)
     env = env_factory()
     try:
-        return [
-            expert_episode(
+        for i, seed in enumerate(seeds):
+            yield expert_episode(
                 env,
                 bridge,
                 expert,
@@ -138,8 +149,6 @@ def expert_trajectories(
                 noise=noise,
                 rng=rng,
             )
-            for i, seed in enumerate(seeds)
-        ]
     finally:
         env.close()
 

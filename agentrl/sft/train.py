@@ -1,16 +1,16 @@
 """Supervised fine-tuning on expert trajectories: masked NLL on the expert's ids.
 
-    trajs = expert_trajectories(env_factory, tokenizer, seeds, get_expert("solver"))
-    batch = to_batch(trajs, pad_id=pad_id)                    # [N, T]
-    for mini in mini_batches(batch, n // batch_size):         # one optimizer step each
-        nll = masked_nll(backend.model, mini)                 # mean over loss_mask tokens
-        backend.backward(nll); backend.step()
+    rows, _ = expert_rows(cfg, out_dir, tokenizer)            # packed ids, one row a sample
+    for mini in rows.mini_batches(n // batch_size, generator):  # [b, T], one step each
+        nll = masked_nll(backend.model, mini)                 # summed over loss_mask tokens
+        backend.backward(nll / num_tokens); backend.step()
 
 The backend, optimizer and LR schedule are the RL trainer's (`agentrl.train.backend`), so a
 fine-tuned model trains and loads exactly like an RL checkpoint. The output folder is a
 Hugging Face model folder (`agentrl train --model OUT`, `agentrl eval --model OUT`) that also
 holds the expert trajectories (`expert_trajectories.parquet`), `metrics.jsonl` (for `agentrl
-plot`) and `sft_result.json`.
+plot`) and `sft_result.json`; while training, `sft_checkpoint/` (every `checkpoint_every_s`)
+lets a killed run resume exactly (`agentrl sft --resume OUT`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,14 +27,18 @@ from typing import Any
 import torch
 
 from agentrl.sft.config import SFTConfig
-from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
+from agentrl.sft.dataset import TokenRows
+from agentrl.train.batch import TrainBatch, micro_batches
+from agentrl.trajectory.types import Trajectory
 
 log = logging.getLogger(__name__)
 
 TRAJECTORIES_FILE = "expert_trajectories.parquet"
 RESULT_FILE = "sft_result.json"
 NLL_SAMPLE = 512
-"""Trajectories the before/after NLL is measured on (a full pass would cost an epoch's third)."""
+"""Rows the before/after NLL is measured on (a full pass would cost an epoch's third)."""
+EPISODE_CHUNK = 1024
+"""Expert episodes held in memory at once while they are played and written."""
 
 
 @dataclass
@@ -114,47 +118,54 @@ def _backend(cfg: SFTConfig, model: torch.nn.Module, num_optimizer_steps: int) -
     )
 
 
-def run_sft(
+def expert_settings(cfg: SFTConfig) -> dict[str, Any]:
+    """What the expert episodes depend on; a saved episodes file with the same is reused."""
+    keys = ("env", "model", "expert", "num_episodes", "first_seed", "max_actions_per_turn")
+    keys += ("max_context_tokens", "expert_noise", "history_turns", "seed")
+    return {k: v for k, v in cfg.model_dump(mode="json").items() if k in keys}
+
+
+def expert_rows(
     cfg: SFTConfig,
     out_dir: Path,
+    tokenizer: Any,
     *,
-    on_step: Callable[[int, int, dict[str, float]], None] | None = None,
-) -> SFTResult:
-    """Write expert trajectories, fine-tune `cfg.model` on them, save the model to `out_dir`.
+    on_episode: Callable[[int, int], None] | None = None,
+) -> tuple[TokenRows, float]:
+    """The expert episodes as packed SFT rows, and the share the expert solved.
 
-    `on_step(step, total, metrics)` is called after each optimizer step (progress display).
+    Reads `<out_dir>/expert_trajectories.parquet` when it was written with the same
+    `expert_settings`, else plays the episodes, writing the file a chunk at a time.
+    `on_episode(done, total)` reports progress either way.
     """
-    from agentrl.config import dump_config
-    from agentrl.envs import make
-    from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
-    from agentrl.sft.data import expert_trajectories
-    from agentrl.sft.expert import get_expert
-    from agentrl.train.config import LoggingConfig
-    from agentrl.train.metrics import MetricsLogger
-    from agentrl.trajectory.io import write_trajectories
+    import pyarrow.parquet as pq
 
-    start = time.perf_counter()
-    expert = get_expert(cfg.expert)  # fail before anything is written
-    seeds = range(cfg.first_seed, cfg.first_seed + cfg.num_episodes)
-    if seeds[-1] >= cfg.eval_seed_offset:
-        raise ValueError(
-            f"expert seeds reach {seeds[-1]}, into the validation seeds (from "
-            f"eval_seed_offset={cfg.eval_seed_offset}); lower first_seed or num_episodes"
-        )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    torch.manual_seed(cfg.seed)
-    model_path = resolve_model(cfg.model)
-    tokenizer = load_tokenizer(str(model_path))
+    from agentrl.envs import make
+    from agentrl.sft.data import iter_expert_trajectories
+    from agentrl.sft.dataset import rows_from_table_batch
+    from agentrl.sft.expert import get_expert
+    from agentrl.trajectory.io import read_metadata, write_parquet_chunks
+
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
-    trajs = expert_trajectories(
-        env_factory,
+    rows, total = TokenRows(pad_id), cfg.num_episodes
+    settings = json.loads(json.dumps(expert_settings(cfg)))
+    path = out_dir / TRAJECTORIES_FILE
+    solved = 0
+    if path.is_file() and read_metadata(path).get("settings") == settings:
+        log.info("reusing the expert episodes in %s (same settings)", path)
+        for record_batch in pq.ParquetFile(path).iter_batches(batch_size=EPISODE_CHUNK):
+            rows_from_table_batch(rows, record_batch)
+            for turns in record_batch.column("turns").to_pylist():
+                solved += bool(turns and json.loads(turns[-1]["info"]).get("success", False))
+            if on_episode is not None:
+                on_episode(rows.num_trajectories, total)
+        return rows.freeze(), solved / max(rows.num_trajectories, 1)
+
+    episodes = iter_expert_trajectories(
+        functools.partial(make, cfg.env.name, **cfg.env.kwargs),
         tokenizer,
-        seeds,
-        expert,
+        range(cfg.first_seed, cfg.first_seed + cfg.num_episodes),
+        get_expert(cfg.expert),
         max_actions_per_turn=cfg.max_actions_per_turn,
         max_context_tokens=cfg.max_context_tokens,
         env_name=cfg.env.name,
@@ -162,68 +173,139 @@ def run_sft(
         noise=cfg.expert_noise,
         noise_seed=cfg.seed,
     )
-    write_trajectories(
-        out_dir / TRAJECTORIES_FILE,
-        trajs,
-        {"expert": cfg.expert, "env": cfg.env.name, "model": cfg.model},
-    )
-    expert_success = sum(t.success for t in trajs) / len(trajs)
+
+    def chunks() -> Iterator[list[Trajectory]]:
+        nonlocal solved
+        chunk: list[Trajectory] = []
+        for traj in episodes:
+            rows.add(traj)
+            solved += traj.success
+            chunk.append(traj)
+            if on_episode is not None:
+                on_episode(rows.num_trajectories, total)
+            if len(chunk) == EPISODE_CHUNK:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    meta = {"expert": cfg.expert, "env": cfg.env.name, "model": cfg.model, "settings": settings}
+    write_parquet_chunks(path, chunks(), meta)
     log.info(
         "%d expert trajectories (%.1f%% solved) -> %s",
-        len(trajs),
-        100 * expert_success,
-        out_dir / TRAJECTORIES_FILE,
+        rows.num_trajectories,
+        100 * solved / max(rows.num_trajectories, 1),
+        path,
     )
+    return rows.freeze(), solved / max(rows.num_trajectories, 1)
 
-    batch = to_batch(trajs, pad_id=pad_id)  # [N, T]
-    num_mini = max(1, batch.num_rows // cfg.batch_size)
+
+def run_sft(
+    cfg: SFTConfig,
+    out_dir: Path,
+    *,
+    on_step: Callable[[int, int, dict[str, float]], None] | None = None,
+    on_episode: Callable[[int, int], None] | None = None,
+) -> SFTResult:
+    """Write expert trajectories, fine-tune `cfg.model` on them, save the model to `out_dir`.
+
+    What an earlier, killed call left in `out_dir` is picked up: the expert episodes file
+    (when its settings match) and the last checkpoint (`agentrl.sft.checkpoint`), so the run
+    ends as an uninterrupted one would. `on_episode(done, total)` is called as expert
+    episodes are played (or read back), `on_step(step, total, metrics)` after each optimizer
+    step (progress display).
+    """
+    from agentrl.config import dump_config
+    from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+    from agentrl.sft.checkpoint import (
+        SFTState,
+        find_sft_checkpoint,
+        load_sft_checkpoint,
+        remove_sft_checkpoint,
+        save_sft_checkpoint,
+    )
+    from agentrl.sft.expert import get_expert
+    from agentrl.train.config import LoggingConfig
+    from agentrl.train.metrics import MetricsLogger
+
+    start = time.perf_counter()
+    get_expert(cfg.expert)  # fail before anything is written
+    last_seed = cfg.first_seed + cfg.num_episodes - 1
+    if last_seed >= cfg.eval_seed_offset:
+        raise ValueError(
+            f"expert seeds reach {last_seed}, into the validation seeds (from "
+            f"eval_seed_offset={cfg.eval_seed_offset}); lower first_seed or num_episodes"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "sft_config.yaml").write_text(dump_config(cfg))
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    model_path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(str(model_path))
+    rows, expert_success = expert_rows(cfg, out_dir, tokenizer, on_episode=on_episode)
+
+    num_mini = max(1, min(rows.num_rows // cfg.batch_size, rows.num_rows))
     total_steps = cfg.num_epochs * num_mini
     model = load_model(str(model_path), dtype="float32")
     backend = _backend(cfg, model, total_steps)
-    sample = batch.rows(list(range(min(batch.num_rows, NLL_SAMPLE))))
-    initial_nll, _ = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
+    sample = rows.batch(range(min(rows.num_rows, NLL_SAMPLE)))
+    generator = torch.Generator().manual_seed(cfg.seed)
+    state = SFTState(config=cfg.model_dump(mode="json"))
+    found = find_sft_checkpoint(out_dir)
+    if found is not None:
+        state = load_sft_checkpoint(found, state.config, backend=backend, generator=generator)
+        log.info("resumed SFT from %s (step %d of %d)", found, state.step, total_steps)
+    else:
+        state.initial_nll, _ = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
     logger = MetricsLogger(
         out_dir,
         LoggingConfig(tensorboard=False, save_trajectories=0, progress=False),
         run_name=out_dir.name,
         config=cfg.model_dump(mode="json"),
     )
-    generator = torch.Generator().manual_seed(cfg.seed)
-    step = 0
+    logger.truncate_after(state.step)
+    last_save = time.perf_counter()
+
+    def save() -> None:
+        nonlocal last_save
+        state.elapsed_s += time.perf_counter() - last_save
+        save_sft_checkpoint(out_dir, state, backend=backend, epoch_generator=generator)
+        last_save = time.perf_counter()
+
     try:
-        for epoch in range(cfg.num_epochs):
-            for mini in mini_batches(batch, num_mini, generator=generator):
-                num_tokens = max(mini.num_loss_tokens, 1)
-                nll_sum, hits = 0.0, 0.0
-                for micro in micro_batches(mini, cfg.micro_batch_tokens):
-                    nll, correct = masked_nll(backend.model, micro)
-                    backend.backward(nll / num_tokens)
-                    nll_sum, hits = nll_sum + float(nll.detach()), hits + float(correct)
-                grad_norm = backend.step()
-                step += 1
-                metrics = {
-                    "sft/nll": nll_sum / num_tokens,
-                    "sft/token_accuracy": hits / num_tokens,
-                    "sft/grad_norm": grad_norm,
-                    "sft/lr": backend.lr,
-                    "sft/epoch": float(epoch),
-                }
-                logger.log(step, metrics)
+        for epoch in range(state.step // num_mini, cfg.num_epochs):
+            epoch_start = generator.get_state()  # a checkpoint in this epoch redraws from it
+            skip = state.step - epoch * num_mini
+            for mini in rows.mini_batches(num_mini, generator, skip=skip):
+                metrics = _sft_step(backend, mini, cfg.micro_batch_tokens)
+                state.step += 1
+                metrics["sft/epoch"] = float(epoch)
+                logger.log(state.step, metrics)
                 if on_step is not None:
-                    on_step(step, total_steps, metrics)
+                    on_step(state.step, total_steps, metrics)
+                every = cfg.checkpoint_every_s
+                if every is not None and time.perf_counter() - last_save >= every:
+                    if state.step % num_mini:  # mid-epoch: the order comes from epoch_start
+                        drawn = generator.get_state()
+                        generator.set_state(epoch_start)
+                        save()
+                        generator.set_state(drawn)
+                    else:
+                        save()
     finally:
         logger.close()
     final_nll, final_accuracy = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
     backend.save_model(out_dir)
     tokenizer.save_pretrained(out_dir)
-    (out_dir / "sft_config.yaml").write_text(dump_config(cfg))
     result = SFTResult(
         model_dir=str(out_dir),
-        num_trajectories=len(trajs),
-        num_loss_tokens=batch.num_loss_tokens,
+        num_trajectories=rows.num_trajectories,
+        num_loss_tokens=rows.num_loss_tokens,
         expert_success_rate=expert_success,
-        num_optimizer_steps=step,
-        initial_nll=initial_nll,
+        num_optimizer_steps=state.step,
+        initial_nll=state.initial_nll,
         final_nll=final_nll,
         final_token_accuracy=final_accuracy,
         wall_s=0.0,
@@ -240,9 +322,27 @@ def run_sft(
             seed=cfg.seed,
             history_turns=cfg.history_turns,
         )
-    result.wall_s = time.perf_counter() - start
+    result.wall_s = state.elapsed_s + time.perf_counter() - start
     (out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
+    remove_sft_checkpoint(out_dir)
     return result
+
+
+def _sft_step(backend: Any, mini: TrainBatch, micro_batch_tokens: int) -> dict[str, float]:
+    """One optimizer step on the mean NLL of `mini`'s loss tokens; its metrics."""
+    num_tokens = max(mini.num_loss_tokens, 1)
+    nll_sum, hits = 0.0, 0.0
+    for micro in micro_batches(mini, micro_batch_tokens):
+        nll, correct = masked_nll(backend.model, micro)
+        backend.backward(nll / num_tokens)
+        nll_sum, hits = nll_sum + float(nll.detach()), hits + float(correct)
+    grad_norm = backend.step()
+    return {
+        "sft/nll": nll_sum / num_tokens,
+        "sft/token_accuracy": hits / num_tokens,
+        "sft/grad_norm": grad_norm,
+        "sft/lr": backend.lr,
+    }
 
 
 def evaluate_model(

@@ -140,6 +140,9 @@ class WarmStartConfig(_Section):
     noise: float = Field(default=0.0, ge=0, lt=1)
     """Chance that an expert turn plays a random answer instead (DART; `SFTConfig.expert_noise`):
     the expert's later answers then cover states off its own path."""
+    checkpoint_every_s: float | None = Field(default=120.0, ge=0)
+    """Seconds of warm-start training between checkpoints, from which `agentrl train --resume`
+    continues it (`SFTConfig.checkpoint_every_s`); 0: after every step, None: never."""
 
 
 class CollapseConfig(_Section):

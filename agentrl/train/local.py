@@ -133,13 +133,19 @@ class LocalBackend:
         torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
 
     def save_model(self, path: Path) -> None:
-        """Only the weights (Hugging Face format, LoRA merged) under `path`."""
+        """Only the weights (Hugging Face format, LoRA merged) under `path`.
+
+        Written by `save_hf`, not `save_pretrained`: that one imports DeepSpeed (through
+        accelerate's `extract_model_from_parallel`) whenever it is installed, which costs
+        half a second and prints a warning on every CPU run.
+        """
+        from agentrl.train._dist import save_hf
+
         if not self.lora:
-            self.module.save_pretrained(path, safe_serialization=True)
+            state = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+            save_hf(self.module, state, path)
             return
-        merged = self.full_state_dict()
-        base = self.module.get_base_model()
-        base.save_pretrained(path, state_dict=dict(merged), safe_serialization=True)
+        save_hf(self.module.get_base_model(), self.full_state_dict(), path)
 
     def load(self, path: Path, *, with_optimizer: bool = True) -> None:
         """Restore what `save` wrote (weights in place, so the optimizer keeps its params)."""

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 log = logging.getLogger("agentrl.train")
@@ -25,17 +24,23 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def _with_warm_start(cfg: Any, run_dir: Path) -> Any:
-    """Run the warm start on rank 0 (the others wait) and return `cfg` with its model."""
-    from agentrl.train._ranks import barrier, world_size
-    from agentrl.train.warm_start import WARM_START_DIR, warm_start
+def trainer_rank() -> int:
+    """This process's rank (0 without torch.distributed)."""
+    from agentrl.train._ranks import world_size
 
-    rank = 0
     if world_size() > 1:
         import torch.distributed as dist
 
-        rank = dist.get_rank()
-    if rank == 0:
+        return dist.get_rank()
+    return 0
+
+
+def _with_warm_start(cfg: Any, run_dir: Path) -> Any:
+    """Run the warm start on rank 0 (the others wait) and return `cfg` with its model."""
+    from agentrl.train._ranks import barrier
+    from agentrl.train.warm_start import WARM_START_DIR, warm_start
+
+    if trainer_rank() == 0:
         warm_start(cfg, run_dir, progress=cfg.logging.progress)
     barrier()
     cfg = cfg.model_copy(deep=True)
@@ -47,15 +52,12 @@ def run_training(
     cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any | None = None
 ) -> None:
     """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
+    from agentrl._console import console, setup_logging
     from agentrl.train.trainer import Trainer
 
-    console = Console(stderr=True)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO,
-            format="%(message)s",
-            handlers=[RichHandler(console=console, show_path=False)],
-        )
+    setup_logging()
+    if trainer_rank() == 0:
+        log.info("run dir %s", run_dir)
     if cfg.warm_start.expert is not None:
         cfg = _with_warm_start(cfg, Path(run_dir))
     trainer = Trainer(cfg, run_dir, resume=resume, engine=engine)
@@ -69,10 +71,10 @@ def run_training(
         return
     if trainer.resumed_from is not None:
         log.info("resumed from %s (step %d)", trainer.resumed_from, trainer.state.step)
-    log.info("run dir %s: %d steps of %s on %s", run_dir, total, cfg.model.name, cfg.env.name)
+    log.info("%d steps of %s on %s", total, cfg.model.name, cfg.env.name)
     try:
         if cfg.logging.progress:
-            with _progress(console) as bar:
+            with _progress(console()) as bar:
                 task = bar.add_task(
                     "train", total=total, completed=trainer.state.step, reward="-", success="-"
                 )

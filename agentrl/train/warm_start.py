@@ -2,7 +2,8 @@
 
 `agentrl train` calls `warm_start` when `warm_start.expert` is set. The fine-tuned model goes
 to `<run>/warm_start` (a Hugging Face folder), and RL starts from it. A run that already
-finished its warm start (a resumed run) reuses the folder instead of training again.
+finished its warm start (a resumed run) reuses the folder instead of training again; one
+killed during it reuses the expert episodes and continues the SFT from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def sft_config(cfg: Any) -> Any:
         eval_seed_offset=cfg.eval.seed_offset,
         seed=cfg.seed,
         num_threads=cfg.trainer.num_threads,
+        checkpoint_every_s=ws.checkpoint_every_s,
     )
 
 
@@ -63,30 +65,10 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
     if not progress:
         result = run_sft(sft_cfg, out)
     else:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from agentrl.sft._progress import sft_progress
 
-        with Progress(
-            TextColumn("[bold]warm start"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("nll {task.fields[nll]}"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        ) as bar:
-            task = bar.add_task("sft", total=None, nll="-")
-
-            def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
-                bar.update(task, completed=step, total=total, nll=f"{metrics['sft/nll']:.3f}")
-
-            result = run_sft(sft_cfg, out, on_step=on_step)
+        with sft_progress("warm start SFT") as (on_episode, on_step):
+            result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=on_step)
     log.info(
         "warm start done in %.0f s: expert NLL %.3f -> %.3f, token accuracy %.3f",
         result.wall_s,

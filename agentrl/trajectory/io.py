@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -104,6 +104,39 @@ def write_trajectories(
         raise ValueError(f"{path}: trajectory files end in .jsonl or .parquet")
     os.replace(tmp, path)
     return path
+
+
+def write_parquet_chunks(
+    path: str | Path,
+    chunks: Iterable[Sequence[Trajectory]],
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write a `.parquet` trajectory file one row group per chunk of `chunks` (an iterable,
+    so the trajectories need never all be in memory), atomically as `write_trajectories`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if path.suffix != ".parquet":
+        raise ValueError(f"{path}: write_parquet_chunks writes .parquet files")
+    meta = {"format_version": FORMAT_VERSION, **_jsonable(metadata or {})}
+    schema = _schema(pa).with_metadata({"agentrl_metadata": json.dumps(meta)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for chunk in chunks:
+            rows = [_flatten(trajectory_to_dict(t)) for t in chunk]
+            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+    os.replace(tmp, path)
+    return path
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata of a `.parquet` trajectory file, without reading its rows."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(b"agentrl_metadata", b"{}")
+    return json.loads(raw)
 
 
 def write_step(

@@ -1,0 +1,59 @@
+"""The one stderr `Console` that progress bars and log lines share, and quiet third parties.
+
+Log lines go through the same Console as the live progress bars, so rich prints them above
+the bars instead of over them. When stderr is not a terminal (a log file, CI), lines are
+plain `time LEVEL message`, one per record, never wrapped or padded to 80 columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from rich.console import Console
+
+_CONSOLE: Console | None = None
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+
+
+def console() -> Console:
+    """The process's stderr Console (created on first use)."""
+    global _CONSOLE
+    if _CONSOLE is None or _CONSOLE.file is not sys.stderr:  # pytest swaps sys.stderr
+        _CONSOLE = Console(stderr=True)
+    return _CONSOLE
+
+
+def log_handler() -> logging.Handler:
+    """A handler for the root logger: rich's above live bars on a terminal, else plain."""
+    out = console()
+    if out.is_terminal:
+        from rich.logging import RichHandler
+
+        handler: logging.Handler = RichHandler(console=out, show_path=False)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
+    return handler
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """INFO lines of `agentrl.*` to stderr through `console()`, unless the root logger has
+    handlers already (an application's or pytest's own)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    root.addHandler(log_handler())
+    root.setLevel(level)
+
+
+def quiet_third_party() -> None:
+    """No progress bars from Hugging Face libraries ("Loading weights", "Writing model
+    shards"): the command's own bars say what is happening. Call before they are imported;
+    it also switches them off when they already are."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()

@@ -1,0 +1,180 @@
+"""`TokenRows`: the SFT rows packed into flat numpy arrays, padded one mini-batch at a time.
+
+The default warm start trains on about a quarter of a million per-turn samples. Kept as
+`Trajectory` objects (Python lists of ints and floats) and padded into one `TrainBatch`, they
+held several GB; packed here they take 7 bytes per token (int32 id, int16 turn id, uint8 loss
+mask), and only the rows of the current mini-batch are ever padded.
+
+>>> from agentrl.trajectory.types import Sample, Trajectory
+>>> t = Trajectory([Sample([5, 6, 7], [0, 1, 1], [0.0] * 3, [-1, 0, 0])], [], "demo", 0, 0)
+>>> rows = TokenRows.from_trajectories([t], pad_id=0)
+>>> rows.num_rows, rows.num_loss_tokens, rows.batch([0]).input_ids.tolist()
+(1, 2, [[5, 6, 7]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.train.batch import TrainBatch
+from agentrl.trajectory.types import Status, Trajectory
+
+
+class TokenRows:
+    """Every trainable sample of some trajectories, one row each, as `to_batch` orders them.
+
+    `batch(rows)` pads the rows asked for into a `TrainBatch` equal to
+    `to_batch(trajectories).rows(rows)` (sampler logprobs are 0: expert ids have none).
+    """
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+        self._ids: list[np.ndarray] = []  # chunks, joined by `freeze`
+        self._turns: list[np.ndarray] = []
+        self._loss: list[np.ndarray] = []
+        self._lengths: list[int] = []
+        self._traj: list[int] = []
+        self._group: list[int] = []
+        self._returns: list[float] = []
+        self._num_trajectories = 0
+        self.ids = self.turn_ids = self.loss_mask = np.zeros(0)
+        self.offsets = np.zeros(1, dtype=np.int64)
+
+    @classmethod
+    def from_trajectories(cls, trajs: Iterable[Trajectory], *, pad_id: int) -> TokenRows:
+        """Pack `trajs` (an iterable: they need not all be in memory)."""
+        rows = cls(pad_id)
+        for traj in trajs:
+            rows.add(traj)
+        return rows.freeze()
+
+    def add(self, traj: Trajectory) -> None:
+        """Append the samples of `traj` (none when it is not trainable)."""
+        self.add_samples(
+            [(s.token_ids, s.loss_mask, s.turn_ids) for s in traj.samples],
+            status=traj.status,
+            group_id=traj.group_id,
+            total_reward=traj.total_reward,
+        )
+
+    def add_samples(
+        self,
+        samples: Sequence[tuple[Sequence[int], Sequence[int], Sequence[int]]],
+        *,
+        status: Status | str,
+        group_id: int,
+        total_reward: float,
+    ) -> None:
+        """Append one trajectory given as `(token_ids, loss_mask, turn_ids)` per sample
+        (what a trajectory file's `samples` column holds)."""
+        traj_index = self._num_trajectories
+        self._num_trajectories += 1
+        if not Status(status).trainable:
+            return
+        for token_ids, loss_mask, turn_ids in samples:
+            self._ids.append(np.asarray(token_ids, dtype=np.int32))
+            self._loss.append(np.asarray(loss_mask, dtype=np.uint8))
+            self._turns.append(np.asarray(turn_ids, dtype=np.int16))
+            self._lengths.append(len(token_ids))
+            self._traj.append(traj_index)
+            self._group.append(group_id)
+            self._returns.append(total_reward)
+        if len(self._ids) >= 4096:  # join small arrays now: each costs ~100 bytes of header
+            self._join()
+
+    def _join(self) -> None:
+        for parts in (self._ids, self._loss, self._turns):
+            joined = np.concatenate(parts) if parts else np.zeros(0)
+            parts[:] = [joined]
+
+    def freeze(self) -> TokenRows:
+        """Finish adding: join the chunks into flat arrays; returns self."""
+        self._join()
+        self.ids, self.loss_mask, self.turn_ids = self._ids[0], self._loss[0], self._turns[0]
+        self._ids, self._loss, self._turns = [self.ids], [self.loss_mask], [self.turn_ids]
+        self.offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
+        np.cumsum(self._lengths, out=self.offsets[1:])
+        self.traj_ids = torch.tensor(self._traj, dtype=torch.long)
+        self.group_ids = torch.tensor(self._group, dtype=torch.long)
+        self.returns = torch.tensor(self._returns, dtype=torch.float32)
+        return self
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def num_trajectories(self) -> int:
+        """Trajectories added, trainable or not."""
+        return self._num_trajectories
+
+    @property
+    def num_loss_tokens(self) -> int:
+        """Ids trained on (loss_mask 1) over all rows."""
+        return int(self.loss_mask.sum(dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the packed arrays."""
+        return sum(a.nbytes for a in (self.ids, self.loss_mask, self.turn_ids, self.offsets))
+
+    def batch(self, rows: Sequence[int] | torch.Tensor) -> TrainBatch:
+        """The rows `rows` right-padded to their longest one."""
+        index = torch.as_tensor(rows, dtype=torch.long)
+        starts = self.offsets[index.numpy()]
+        lengths = self.offsets[index.numpy() + 1] - starts
+        num, width = len(index), int(lengths.max()) if len(index) else 0
+        input_ids = np.full((num, width), self.pad_id, dtype=np.int64)
+        turn_ids = np.full((num, width), -1, dtype=np.int64)
+        loss_mask = np.zeros((num, width), dtype=np.float32)
+        attention_mask = np.zeros((num, width), dtype=np.int64)
+        for i, (start, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+            input_ids[i, :n] = self.ids[start : start + n]
+            turn_ids[i, :n] = self.turn_ids[start : start + n]
+            loss_mask[i, :n] = self.loss_mask[start : start + n]
+            attention_mask[i, :n] = 1
+        return TrainBatch(
+            input_ids=torch.from_numpy(input_ids),
+            attention_mask=torch.from_numpy(attention_mask),
+            loss_mask=torch.from_numpy(loss_mask),
+            sampler_logp=torch.zeros((num, width), dtype=torch.float32),
+            turn_ids=torch.from_numpy(turn_ids),
+            returns=self.returns[index],
+            group_ids=self.group_ids[index],
+            traj_ids=self.traj_ids[index],
+            turn_rewards=torch.zeros((num, 1), dtype=torch.float32),
+            row_index=index,
+        )
+
+    def mini_batches(
+        self, num_mini_batches: int, generator: torch.Generator, *, skip: int = 0
+    ) -> Iterator[TrainBatch]:
+        """Shuffle the rows with `generator` and yield `num_mini_batches` near-equal parts,
+        one at a time (the order `agentrl.train.batch.mini_batches` gives); the first `skip`
+        parts are drawn but not built (a resumed epoch)."""
+        num = max(1, min(num_mini_batches, self.num_rows))
+        order = torch.randperm(self.num_rows, generator=generator)
+        for part in torch.tensor_split(order, num)[skip:]:
+            yield self.batch(part)
+
+
+def rows_from_table_batch(rows: TokenRows, record_batch: Any) -> None:
+    """Add the trajectories of one pyarrow record batch of a trajectory file (columns
+    `samples`, `status`, `group_id`, `turns`) to `rows`."""
+    samples = record_batch.column("samples").to_pylist()
+    status = record_batch.column("status").to_pylist()
+    group = record_batch.column("group_id").to_pylist()
+    rewards = record_batch.column("turns").to_pylist()
+    for traj_samples, traj_status, group_id, turns in zip(
+        samples, status, group, rewards, strict=True
+    ):
+        rows.add_samples(
+            [(s["token_ids"], s["loss_mask"], s["turn_ids"]) for s in traj_samples],
+            status=traj_status,
+            group_id=group_id,
+            total_reward=float(sum(t["reward"] for t in turns)),
+        )
