@@ -100,6 +100,22 @@ class TrainConfig(_Section):
     seed: int = 0
     """Seed for torch, numpy and the env seed sequence."""
 
+    @model_validator(mode="after")
+    def _check_seed_ranges(self) -> TrainConfig:
+        first, stop = self.trainer.first_seed, self.eval.seed_offset
+        if first >= stop:
+            raise ValueError(
+                f"trainer.first_seed ({first}) must be below eval.seed_offset ({stop}): "
+                "RL training seeds are drawn from [first_seed, seed_offset)"
+            )
+        if self.warm_start.expert is not None and self.warm_start.num_episodes > first:
+            raise ValueError(
+                f"warm_start.num_episodes ({self.warm_start.num_episodes}) uses expert seeds "
+                f"0..{self.warm_start.num_episodes - 1}, which reach trainer.first_seed "
+                f"({first}): raise trainer.first_seed so RL trains on rooms it did not imitate"
+            )
+        return self
+
 
 def _parse_value(text: str) -> Any:
     """Parse an override value as YAML (`0.28`, `true`, `[1, 2]`), else keep the string."""

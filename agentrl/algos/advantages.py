@@ -23,11 +23,13 @@ from agentrl.algos._groups import group_index, group_mean_std
 __all__ = [
     "gae",
     "grpo_advantages",
+    "grpo_scale",
     "place_returns_on_last_token",
     "place_turn_rewards",
     "reinforce_pp_advantages",
     "rloo_advantages",
     "trajectory_returns",
+    "turn_returns_to_go",
     "turn_level_gae",
     "whiten",
 ]
@@ -73,23 +75,61 @@ def trajectory_returns(turn_rewards: Tensor, *, gamma: float = 1.0) -> Tensor:
     return (turn_rewards * discounts).sum(-1)
 
 
+def grpo_scale(
+    std: Tensor, *, scale_by_std: bool = True, std_floor: float = 0.0, eps: float = 1e-6
+) -> Tensor:
+    """The factor GRPO multiplies a centred return by: `1 / max(std + eps, std_floor)`, or 1
+    without `scale_by_std`.
+
+    A floor keeps groups whose returns differ only by small step penalties (every episode
+    solved, some in fewer moves) from being blown up to unit scale.
+
+    >>> grpo_scale(torch.tensor([0.1, 2.0]), std_floor=1.0, eps=0.0)
+    tensor([1.0000, 0.5000])
+    """
+    if not scale_by_std:
+        return torch.ones_like(std)
+    return 1.0 / (std + eps).clamp(min=std_floor)
+
+
 def grpo_advantages(
-    returns: Tensor, group_ids: Tensor, *, scale_by_std: bool = True, eps: float = 1e-6
+    returns: Tensor,
+    group_ids: Tensor,
+    *,
+    scale_by_std: bool = True,
+    std_floor: float = 0.0,
+    eps: float = 1e-6,
 ) -> Tensor:
     """GRPO: each return minus its group's mean, optionally divided by the group's std.
 
     `returns [B]`, `group_ids [B]` (same id = same initial seed) -> advantages `[B]`.
-    The std is the sample std (divide by n-1, as in the GRPO paper's implementations);
-    a group of one gets advantage 0.
+    The std is the sample std (divide by n-1, as in the GRPO paper's implementations), floored
+    at `std_floor` (`grpo_scale`); a group of one gets advantage 0.
 
     >>> grpo_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), torch.tensor([0, 0, 1, 1]))
     tensor([ 0.7071, -0.7071,  0.0000,  0.0000])
+    >>> grpo_advantages(torch.tensor([1.0, 0.9]), torch.tensor([0, 0]), std_floor=1.0)
+    tensor([ 0.0500, -0.0500])
     """
     mean, std = group_mean_std(returns, group_ids, unbiased=True)
-    adv = returns - mean
-    if scale_by_std:
-        adv = adv / (std + eps)
+    adv = (returns - mean) * grpo_scale(
+        std, scale_by_std=scale_by_std, std_floor=std_floor, eps=eps
+    )
     return adv.to(returns.dtype)
+
+
+def turn_returns_to_go(turn_rewards: Tensor, *, gamma: float = 1.0) -> Tensor:
+    """Discounted return from each turn on, `[B, K] -> [B, K]`: `G_k = R_k + gamma * G_k+1`.
+
+    >>> turn_returns_to_go(torch.tensor([[0.0, 1.0, 1.0]]), gamma=0.5)
+    tensor([[0.7500, 1.5000, 1.0000]])
+    """
+    out = torch.zeros_like(turn_rewards)
+    running = torch.zeros_like(turn_rewards[:, 0])
+    for k in range(turn_rewards.shape[1] - 1, -1, -1):
+        running = turn_rewards[:, k] + gamma * running
+        out[:, k] = running
+    return out
 
 
 def rloo_advantages(returns: Tensor, group_ids: Tensor) -> Tensor:

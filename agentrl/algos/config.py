@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "traj-mean-token-mean"]
 """How token losses become one number (as `agentrl.algos.losses.LossAgg`; kept here so the
 config does not import torch)."""
 KLKind = Literal["k1", "k2", "k3"]
@@ -32,18 +32,23 @@ class AlgoConfig(BaseModel):
     `reward_level` is `trajectory`), `turn-gae` (critic; GAE across turns, then in turns)."""
     reward_level: Literal["trajectory", "turn"] = "trajectory"
     """`trajectory`: one return per trajectory, the sum of its turn rewards, on its last
-    sampled token (StarPO). `turn`: each turn's reward on that turn's last sampled token.
-    `grpo` and `rloo` need `trajectory`; `turn-gae` needs `turn`."""
+    sampled token (StarPO); every token of a trajectory gets one credit. `turn`: each turn's
+    reward on that turn's last sampled token, so each move gets its own credit: `grpo` and
+    `rloo` use each turn's discounted return-to-go (`turn_gamma`) minus the group's baseline,
+    `reinforce++` and `gae` the per-token returns, `turn-gae` needs `turn`."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     """Discount per sampled token (`gae`, `reinforce++`; inside a turn for `turn-gae`)."""
     lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda per sampled token (`gae`; inside a turn for `turn-gae`)."""
     turn_gamma: float = Field(1.0, ge=0.0, le=1.0)
-    """Discount across turns (`turn-gae` only)."""
+    """Discount across turns (`turn-gae`; `grpo` and `rloo` at `reward_level: turn`)."""
     turn_lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda across turns (`turn-gae` only)."""
     scale_by_std: bool = True
     """GRPO: divide each advantage by its group's reward std (False: mean-centring only)."""
+    std_floor: float = Field(0.0, ge=0.0)
+    """GRPO: the group std is floored at this before dividing, so that groups whose returns
+    differ only by small step penalties are not scaled up to unit advantages (0: no floor)."""
     reinforce_baseline: bool = True
     """REINFORCE++: subtract the group mean of the returns before whitening (the
     `reinforce++-baseline` variant)."""
@@ -57,9 +62,11 @@ class AlgoConfig(BaseModel):
     dual_clip_c: float | None = Field(None, gt=1.0)
     """Dual clip: for negative advantages the per-token loss is capped at `c * |A|`
     (None: off)."""
-    loss_agg: LossAgg = "token-mean"
-    """Loss aggregation over the global mini-batch: `token-mean`, `seq-mean-token-mean`
-    or `seq-mean-token-sum`."""
+    loss_agg: LossAgg = "traj-mean-token-mean"
+    """Loss aggregation over the global mini-batch: `traj-mean-token-mean` (every trajectory
+    weighs the same whatever its number of turns and tokens; its per-turn rows share its
+    weight), `token-mean` (every token the same: long trajectories weigh more),
+    `seq-mean-token-mean` or `seq-mean-token-sum` (per row)."""
     kl_coef: float = Field(0.0, ge=0.0)
     """Weight of the KL to the reference model (0: no reference model is run)."""
     kl_kind: KLKind = "k3"
@@ -72,6 +79,12 @@ class AlgoConfig(BaseModel):
     """Weight of the entropy bonus (subtracted from the loss)."""
     vf_coef: float = Field(1.0, ge=0.0)
     """Weight of the value loss in the critic's objective."""
+    critic_warmup_steps: int = Field(0, ge=0)
+    """The first this many training steps fit only the critic on their rollouts; the policy
+    does not move (so the critic's baseline is useful from the first policy update)."""
+    normalize_rewards: bool = False
+    """Divide rewards by the running std of the episode returns seen so far (no shift), so
+    the critic regresses targets of unit scale whatever the env's reward scale."""
     value_clip_eps: float | None = Field(0.2, ge=0.0)
     """Value clip around the rollout-time values (None: unclipped value loss)."""
     filter_keep_ratio: float | None = Field(None, gt=0.0, le=1.0)
@@ -90,14 +103,20 @@ class AlgoConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> AlgoConfig:
-        if self.estimator in _GROUP_ESTIMATORS and self.reward_level != "trajectory":
-            raise ValueError(
-                f"estimator {self.estimator!r} needs reward_level 'trajectory' "
-                f"(got {self.reward_level!r})"
-            )
         if self.estimator == "turn-gae" and self.reward_level != "turn":
             raise ValueError("estimator 'turn-gae' needs reward_level 'turn'")
+        if self.critic_warmup_steps and not self.use_critic:
+            raise ValueError(
+                f"critic_warmup_steps needs a critic estimator (gae, turn-gae), "
+                f"not {self.estimator!r}"
+            )
         return self
+
+    @property
+    def clips(self) -> bool:
+        """The update takes several optimizer steps per rollout, so the PPO ratio moves away
+        from 1 and the clip can act (one step: the ratio is exactly 1, the loss is REINFORCE)."""
+        return self.ppo_epochs * self.num_mini_batches > 1
 
     @property
     def use_critic(self) -> bool:

@@ -3,12 +3,15 @@
 `compute_advantages` places rewards on tokens (trajectory- or turn-level), applies the KL
 penalty when it goes into the reward, runs the configured estimator and optional whitening.
 
-Rows and trajectories: when a chat template is not prefix-preserving, one trajectory becomes
-several rows (one per turn), all sharing its `turn_rewards`, group and `traj_ids` entry.
-Group statistics (GRPO, RLOO, REINFORCE++ baseline) then count each trajectory once, and the
-KL "in the reward" of a trajectory-level estimator is summed over all of its rows. GAE runs
-within each row, with the trajectory's return on the row's last trained token (exact for
-`gamma = lam = 1`). Turn-level rewards need one row per trajectory.
+Rows and trajectories: when a chat template is not prefix-preserving (or prompts keep only
+the last turns, `rollout.history_turns`), one trajectory becomes several rows, one per turn,
+linked by `traj_ids`. Every estimator reads only the trained tokens, so the rows of a
+trajectory are first *packed*: their trained tokens, in turn order, become one row of a
+`[N, L]` batch (N trajectories). The estimator runs on that batch exactly as it would on one
+row per trajectory, and the results are scattered back to the rows. Per-turn rows therefore
+get the same credit as one prefix-preserving row would (turn-level rewards, turn-level GAE and
+group statistics over trajectories included); `tests/algos/test_estimate.py` checks this for
+every estimator.
 """
 
 from __future__ import annotations
@@ -18,22 +21,24 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from agentrl.algos._groups import group_mean_std
+from agentrl.algos._groups import group_index, group_mean_std
 from agentrl.algos.advantages import (
     gae,
     grpo_advantages,
+    grpo_scale,
     place_returns_on_last_token,
     place_turn_rewards,
     reinforce_pp_advantages,
     rloo_advantages,
     trajectory_returns,
     turn_level_gae,
+    turn_returns_to_go,
     whiten,
 )
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.losses import kl_penalty
 
-__all__ = ["AdvantageResult", "compute_advantages"]
+__all__ = ["AdvantageResult", "PackedTrajectories", "compute_advantages"]
 
 
 @dataclass
@@ -46,26 +51,59 @@ class AdvantageResult:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def _first_row_of_each_traj(traj_ids: Tensor) -> tuple[Tensor, Tensor]:
-    """`(first_rows [N], inverse [B])`: one representative row per trajectory."""
-    _, inverse = torch.unique(traj_ids, return_inverse=True)
-    num = int(inverse.max()) + 1 if inverse.numel() else 0
-    rows = torch.arange(traj_ids.numel(), device=traj_ids.device)
-    first = torch.full((num,), traj_ids.numel(), device=traj_ids.device, dtype=torch.long)
-    first = first.scatter_reduce(0, inverse, rows, reduce="amin")
-    return first, inverse
+@dataclass
+class PackedTrajectories:
+    """The trained tokens of each trajectory, in order, as one row each.
 
+    `index [N, L]` holds flat positions into the `[B, T]` batch (row-major), `valid [N, L]`
+    says which entries are real, `first_rows [N]` is one batch row of each trajectory.
+    """
 
-def _group_mean(returns: Tensor, group_ids: Tensor) -> Tensor:
-    return group_mean_std(returns, group_ids, unbiased=False)[0].to(returns.dtype)
+    index: Tensor
+    valid: Tensor
+    first_rows: Tensor
+    shape: tuple[int, int]
 
+    @classmethod
+    def build(cls, traj_ids: Tensor, loss_mask: Tensor) -> PackedTrajectories:
+        """Pack the rows of `loss_mask [B, T]` by `traj_ids [B]`; a trajectory's rows must be
+        in turn order (as `to_batch` makes them), and its tokens keep row then position order.
 
-def _per_trajectory(fn, returns: Tensor, group_ids: Tensor, traj_ids: Tensor | None) -> Tensor:
-    """Apply a group estimator `fn(returns [N], group_ids [N])` once per trajectory."""
-    if traj_ids is None:
-        return fn(returns, group_ids)
-    first, inverse = _first_row_of_each_traj(traj_ids)
-    return fn(returns[first], group_ids[first])[inverse]
+        >>> p = PackedTrajectories.build(torch.tensor([0, 0, 1]),
+        ...                              torch.tensor([[0, 1], [1, 1], [1, 0]]))
+        >>> p.gather(torch.tensor([[9.0, 1.0], [2.0, 3.0], [4.0, 9.0]]))
+        tensor([[1., 2., 3.],
+                [4., 0., 0.]])
+        """
+        num_rows, length = loss_mask.shape
+        _, inverse = torch.unique(traj_ids, return_inverse=True)  # [B]
+        num = int(inverse.max()) + 1 if inverse.numel() else 0
+        rows, cols = loss_mask.bool().nonzero(as_tuple=True)  # row-major order
+        owner = inverse[rows]
+        order = torch.argsort(owner, stable=True)
+        rows, cols, owner = rows[order], cols[order], owner[order]
+        counts = torch.bincount(owner, minlength=num)
+        starts = torch.cumsum(counts, 0) - counts
+        slot = torch.arange(owner.numel()) - starts[owner]
+        width = int(counts.max()) if counts.numel() else 0
+        index = torch.zeros(num, width, dtype=torch.long)
+        valid = torch.zeros(num, width, dtype=torch.bool)
+        index[owner, slot] = rows * length + cols
+        valid[owner, slot] = True
+        first = torch.full((num,), num_rows, dtype=torch.long)
+        first = first.scatter_reduce(0, inverse, torch.arange(num_rows), reduce="amin")
+        return cls(index, valid, first, (num_rows, length))
+
+    def gather(self, x: Tensor) -> Tensor:
+        """`[B, T]` -> `[N, L]` (0 where not valid)."""
+        packed = x.reshape(-1)[self.index]
+        return torch.where(self.valid, packed, torch.zeros_like(packed))
+
+    def scatter(self, packed: Tensor) -> Tensor:
+        """`[N, L]` -> `[B, T]` (0 off the trained tokens)."""
+        out = packed.new_zeros(self.shape[0] * self.shape[1])
+        out[self.index[self.valid]] = packed[self.valid]
+        return out.reshape(self.shape)
 
 
 def compute_advantages(
@@ -84,6 +122,7 @@ def compute_advantages(
 
     - `loss_mask [B, T]`, `turn_ids [B, T]` (-1 outside turns), `turn_rewards [B, K]`,
       `group_ids [B]`, `traj_ids [B]` (rows of the same trajectory; None: one row each).
+      Every row of a trajectory carries the trajectory's `turn_rewards` and group.
     - `values [B, T]`: critic values at rollout time (needed when `algo.use_critic`).
     - `old_logp`, `ref_logp [B, T]`: needed when the KL goes into the reward.
 
@@ -95,23 +134,49 @@ def compute_advantages(
     tensor([[ 0.7071,  0.7071],
             [-0.7071, -0.7071]])
     """
-    m = loss_mask.bool()
-    mask = m.to(turn_rewards.dtype)
-    per_turn_rows = traj_ids is not None and torch.unique(traj_ids).numel() < traj_ids.numel()
-    if algo.reward_level == "turn" and per_turn_rows:
-        raise NotImplementedError(
-            "turn-level rewards need one row per trajectory; this batch has per-turn samples "
-            "(chat template not prefix-preserving): use reward_level 'trajectory'"
-        )
     if algo.use_critic and values is None:
         raise ValueError(f"estimator {algo.estimator!r} needs critic values")
-
     kl = None
     if algo.use_reference and algo.kl_in_reward:
         if old_logp is None or ref_logp is None:
             raise ValueError("kl_in_reward needs old_logp and ref_logp")
+        m = loss_mask.bool()
         kl = torch.where(m, kl_penalty(old_logp.detach(), ref_logp, algo.kl_kind), 0.0)
 
+    per_turn_rows = traj_ids is not None and torch.unique(traj_ids).numel() < traj_ids.numel()
+    if not per_turn_rows:
+        return _one_row_each(algo, loss_mask, turn_rewards, turn_ids, group_ids, values, kl)
+    packed = PackedTrajectories.build(traj_ids, loss_mask)
+    first = packed.first_rows
+    out = _one_row_each(
+        algo,
+        packed.valid.to(loss_mask.dtype),
+        turn_rewards[first],
+        torch.where(packed.valid, packed.gather(turn_ids), -1),
+        group_ids[first],
+        None if values is None else packed.gather(values),
+        None if kl is None else packed.gather(kl),
+    )
+    return AdvantageResult(
+        packed.scatter(out.advantages),
+        None if out.value_targets is None else packed.scatter(out.value_targets),
+        packed.scatter(out.token_rewards),
+        out.stats,
+    )
+
+
+def _one_row_each(
+    algo: AlgoConfig,
+    loss_mask: Tensor,
+    turn_rewards: Tensor,
+    turn_ids: Tensor,
+    group_ids: Tensor,
+    values: Tensor | None,
+    kl: Tensor | None,
+) -> AdvantageResult:
+    """`compute_advantages` for a batch with one row per trajectory."""
+    m = loss_mask.bool()
+    mask = m.to(turn_rewards.dtype)
     stats: dict[str, float] = {}
     value_targets = None
     if algo.reward_level == "trajectory":
@@ -123,45 +188,29 @@ def compute_advantages(
         token_rewards = token_rewards - algo.kl_coef * kl
         stats["kl_reward"] = float(kl.sum() / m.sum().clamp(min=1))
 
-    if algo.estimator in ("grpo", "rloo"):
-        seq_returns = token_rewards.sum(-1)  # [B]
-        if kl is not None and per_turn_rows:
-            # Every row carries the full return; only the KL is split over the rows.
-            _, inverse = _first_row_of_each_traj(traj_ids)
-            kl_sum = torch.zeros(int(inverse.max()) + 1, dtype=kl.dtype).index_add(
-                0, inverse, kl.sum(-1)
-            )
-            seq_returns = trajectory_returns(turn_rewards) - algo.kl_coef * kl_sum[inverse]
+    if algo.estimator in ("grpo", "rloo") and algo.reward_level == "trajectory":
+        seq_returns = token_rewards.sum(-1)  # [B] (the KL in the reward included)
         if algo.estimator == "grpo":
-
-            def fn(r: Tensor, g: Tensor) -> Tensor:
-                return grpo_advantages(r, g, scale_by_std=algo.scale_by_std)
+            adv = grpo_advantages(
+                seq_returns, group_ids, scale_by_std=algo.scale_by_std, std_floor=algo.std_floor
+            )
         else:
-            fn = rloo_advantages
-        adv = _per_trajectory(fn, seq_returns, group_ids, traj_ids).unsqueeze(-1) * mask
+            adv = rloo_advantages(seq_returns, group_ids)
+        adv = adv.unsqueeze(-1) * mask
+    elif algo.estimator in ("grpo", "rloo"):
+        # Each turn's return-to-go, centred (and scaled) by the group's episode returns.
+        to_go = turn_returns_to_go(
+            _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
+        )  # [B, K]
+        center, scale = _group_center_scale(algo, to_go[:, 0], group_ids)  # [B], [B]
+        adv = _on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1), turn_ids, m)
     elif algo.estimator == "reinforce++":
-        groups = None
-        if algo.reinforce_baseline:
-            groups = group_ids
-            if per_turn_rows:
-                # The baseline is the group mean over trajectories, not over rows.
-                baseline = _per_trajectory(
-                    _group_mean, trajectory_returns(turn_rewards), group_ids, traj_ids
-                )
-                token_rewards = token_rewards - place_returns_on_last_token(baseline, loss_mask)
-                groups = None
+        groups = group_ids if algo.reinforce_baseline else None
         adv = reinforce_pp_advantages(token_rewards, loss_mask, gamma=algo.gamma, group_ids=groups)
     elif algo.estimator == "gae":
         adv, value_targets = gae(token_rewards, values, loss_mask, gamma=algo.gamma, lam=algo.lam)
     elif algo.estimator == "turn-gae":
-        turn_r = turn_rewards
-        if kl is not None:
-            # The KL of a turn's tokens is charged to that turn's reward.
-            sel = m & (turn_ids >= 0)
-            bucket = torch.where(sel, turn_ids, turn_rewards.shape[1]).long()
-            kl_turn = torch.zeros(turn_rewards.shape[0], turn_rewards.shape[1] + 1, dtype=kl.dtype)
-            kl_turn = kl_turn.scatter_add(1, bucket, torch.where(sel, kl, 0.0))[:, :-1]
-            turn_r = turn_rewards - algo.kl_coef * kl_turn
+        turn_r = _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl)
         adv, value_targets = turn_level_gae(
             turn_r,
             turn_ids,
@@ -181,3 +230,44 @@ def compute_advantages(
     stats["advantage_mean"] = float(torch.where(m, adv, 0.0).sum() / n)
     stats["advantage_abs_mean"] = float(torch.where(m, adv.abs(), 0.0).sum() / n)
     return AdvantageResult(adv, value_targets, token_rewards, stats)
+
+
+def _charge_kl_to_turns(
+    algo: AlgoConfig, turn_rewards: Tensor, turn_ids: Tensor, m: Tensor, kl: Tensor | None
+) -> Tensor:
+    """Turn rewards `[B, K]` less `kl_coef` times the KL of each turn's trained tokens."""
+    if kl is None:
+        return turn_rewards
+    sel = m & (turn_ids >= 0)
+    num_turns = turn_rewards.shape[1]
+    bucket = torch.where(sel, turn_ids, num_turns).long()
+    kl_turn = torch.zeros(turn_rewards.shape[0], num_turns + 1, dtype=kl.dtype)
+    kl_turn = kl_turn.scatter_add(1, bucket, torch.where(sel, kl, 0.0))[:, :-1]
+    return turn_rewards - algo.kl_coef * kl_turn
+
+
+def _group_center_scale(
+    algo: AlgoConfig, returns: Tensor, group_ids: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The baseline each group estimator subtracts from a return `[B]` and the factor it then
+    applies `[B]`: GRPO the group mean and 1 / std (floored), RLOO the mean of the other
+    returns and 1. A group of one gets factor 0 (no baseline, no signal)."""
+    mean, std = group_mean_std(returns, group_ids, unbiased=True)
+    mean, std = mean.to(returns.dtype), std.to(returns.dtype)
+    _, inverse, counts = group_index(group_ids)
+    n = counts[inverse].to(returns.dtype)
+    alone = n < 2
+    if algo.estimator == "rloo":
+        center = (n * mean - returns) / (n - 1).clamp(min=1)
+        scale = torch.ones_like(returns)
+    else:
+        center = mean
+        scale = grpo_scale(std, scale_by_std=algo.scale_by_std, std_floor=algo.std_floor)
+    return torch.where(alone, returns, center), torch.where(alone, 0.0, scale)
+
+
+def _on_turn_tokens(turn_values: Tensor, turn_ids: Tensor, m: Tensor) -> Tensor:
+    """`[B, K]` values of each turn on that turn's trained tokens `[B, T]` (0 elsewhere)."""
+    sel = m & (turn_ids >= 0)
+    picked = turn_values.gather(1, turn_ids.clamp(min=0).long())
+    return torch.where(sel, picked, torch.zeros_like(picked))

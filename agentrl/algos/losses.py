@@ -6,10 +6,15 @@ whatever sits there (padding, observation tokens, even NaN) changes neither the 
 its gradient.
 
 Aggregation (`aggregate`) is normalised over the *global* batch: the caller passes the number
-of trained tokens (`global_num_tokens`) or of sequences with at least one trained token
-(`global_num_seqs`) of the whole mini-batch, so summing the losses of its micro-batches gives
-exactly the full mini-batch loss and gradient. `count_tokens_and_seqs` computes both for one
-micro-batch; sum them over micro-batches (and data-parallel ranks).
+of trained tokens (`global_num_tokens`), of sequences with at least one trained token
+(`global_num_seqs`) or of trajectories (`global_num_trajs`) of the whole mini-batch, so
+summing the losses of its micro-batches gives exactly the full mini-batch loss and gradient.
+`count_tokens_and_seqs` and `count_trajs` compute them for one micro-batch; sum them over
+micro-batches (and data-parallel ranks).
+
+`traj-mean-token-mean` weighs every trajectory the same, whatever its number of turns: each
+row carries `traj_num_tokens`, the trained tokens of its whole trajectory (all of its per-turn
+rows), and a token's weight is `1 / traj_num_tokens / global_num_trajs`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ __all__ = [
     "KLKind",
     "aggregate",
     "count_tokens_and_seqs",
+    "count_trajs",
+    "explained_variance",
     "entropy_from_logits",
     "kl_loss",
     "kl_penalty",
@@ -34,7 +41,7 @@ __all__ = [
     "value_loss",
 ]
 
-LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "traj-mean-token-mean"]
 KLKind = Literal["k1", "k2", "k3"]
 
 
@@ -53,18 +60,38 @@ def count_tokens_and_seqs(loss_mask: Tensor) -> tuple[int, int]:
     return int(m.sum()), int(m.any(-1).sum())
 
 
+def count_trajs(loss_mask: Tensor, traj_num_tokens: Tensor | None) -> float:
+    """Trajectories in `loss_mask [B, T]` whose rows carry `traj_num_tokens [B]`: each row
+    counts its share of its trajectory's trained tokens, so a trajectory whose rows are all
+    present counts 1 (None: every row with a trained token is a trajectory).
+
+    >>> count_trajs(torch.tensor([[1, 1, 0], [0, 1, 0], [1, 0, 0]]), torch.tensor([3, 3, 2]))
+    1.5
+    """
+    row_tokens = loss_mask.bool().sum(-1).to(torch.float64)
+    if traj_num_tokens is None:
+        return float((row_tokens > 0).sum())
+    return float((row_tokens / traj_num_tokens.to(torch.float64).clamp(min=1)).sum())
+
+
 def aggregate(
     loss_mat: Tensor,
     mask: Tensor,
     agg: LossAgg = "token-mean",
     global_num_tokens: float | None = None,
     global_num_seqs: float | None = None,
+    *,
+    traj_num_tokens: Tensor | None = None,
+    global_num_trajs: float | None = None,
 ) -> Tensor:
     """Reduce a per-token loss `[B, T]` to a scalar over the positions where `mask` is 1.
 
     - `token-mean`: `sum(loss) / global_num_tokens` (every token weighs the same).
     - `seq-mean-token-mean`: `sum_seq(mean_tokens(loss)) / global_num_seqs`.
     - `seq-mean-token-sum`: `sum_seq(sum_tokens(loss)) / global_num_seqs`.
+    - `traj-mean-token-mean`: `sum_traj(mean_tokens(loss)) / global_num_trajs`, the mean over
+      a trajectory's tokens in all of its rows (`traj_num_tokens [B]` per row; None: each
+      row is a trajectory, as `seq-mean-token-mean`).
 
     Without `global_num_*`, this micro-batch's own counts are used. Sequences with no trained
     token contribute nothing and are not counted.
@@ -74,6 +101,8 @@ def aggregate(
     >>> [round(aggregate(loss, mask, a).item(), 4)
     ...  for a in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")]
     [2.5, 3.0, 5.0]
+    >>> aggregate(loss, mask, "traj-mean-token-mean", traj_num_tokens=torch.tensor([4, 4]))
+    tensor(2.5000)
     """
     if loss_mat.shape != mask.shape:
         raise ValueError(f"loss {tuple(loss_mat.shape)} and mask {tuple(mask.shape)} differ")
@@ -82,16 +111,39 @@ def aggregate(
     if agg == "token-mean":
         denom = global_num_tokens if global_num_tokens is not None else m.sum().clamp(min=1)
         return loss_mat.sum() / denom
+    if agg == "traj-mean-token-mean":
+        per_traj_tokens = m.sum(-1) if traj_num_tokens is None else traj_num_tokens
+        per_row = loss_mat.sum(-1) / per_traj_tokens.to(loss_mat.dtype).clamp(min=1)
+        denom = global_num_trajs
+        if denom is None:
+            denom = max(count_trajs(m, traj_num_tokens), 1.0)
+        return per_row.sum() / denom
     if agg not in ("seq-mean-token-mean", "seq-mean-token-sum"):
         raise ValueError(
-            f"unknown loss aggregation {agg!r}; use token-mean, seq-mean-token-mean "
-            "or seq-mean-token-sum"
+            f"unknown loss aggregation {agg!r}; use traj-mean-token-mean, token-mean, "
+            "seq-mean-token-mean or seq-mean-token-sum"
         )
     per_seq = loss_mat.sum(-1)
     if agg == "seq-mean-token-mean":
         per_seq = per_seq / m.sum(-1).clamp(min=1)
     denom = global_num_seqs if global_num_seqs is not None else m.any(-1).sum().clamp(min=1)
     return per_seq.sum() / denom
+
+
+def explained_variance(values: Tensor, targets: Tensor, mask: Tensor) -> float:
+    """`1 - Var(targets - values) / Var(targets)` over the positions where `mask` is 1: how
+    much of the return's spread the critic predicts (1 perfect, 0 no better than a constant,
+    negative worse). 0 when the targets do not vary.
+
+    >>> explained_variance(torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[1.0, 3.0, 7.0]]),
+    ...                    torch.tensor([[1, 1, 0]]))
+    0.75
+    """
+    m = mask.bool()
+    t, v = targets[m].double(), values[m].double()
+    if t.numel() < 2 or float(t.var(unbiased=False)) == 0.0:
+        return 0.0
+    return float(1.0 - (t - v).var(unbiased=False) / t.var(unbiased=False))
 
 
 def policy_loss(
@@ -106,6 +158,8 @@ def policy_loss(
     agg: LossAgg = "token-mean",
     global_num_tokens: float | None = None,
     global_num_seqs: float | None = None,
+    traj_num_tokens: Tensor | None = None,
+    global_num_trajs: float | None = None,
     sampler_logp: Tensor | None = None,
     tis_cap: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
@@ -161,7 +215,15 @@ def policy_loss(
             tis_weight = tis_weight.clamp(max=tis_cap)
         loss_mat = loss_mat * tis_weight
 
-    loss = aggregate(loss_mat, m, agg, global_num_tokens, global_num_seqs)
+    loss = aggregate(
+        loss_mat,
+        m,
+        agg,
+        global_num_tokens,
+        global_num_seqs,
+        traj_num_tokens=traj_num_tokens,
+        global_num_trajs=global_num_trajs,
+    )
 
     with torch.no_grad():
         n = m.sum().clamp(min=1).float()
@@ -214,6 +276,8 @@ def kl_loss(
     agg: LossAgg = "token-mean",
     global_num_tokens: float | None = None,
     global_num_seqs: float | None = None,
+    traj_num_tokens: Tensor | None = None,
+    global_num_trajs: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """KL to the reference "in the loss": `kl_penalty` aggregated like the policy loss.
 
@@ -221,7 +285,15 @@ def kl_loss(
     """
     m = loss_mask.bool()
     kl = kl_penalty(_zero_masked(logp, m), _zero_masked(ref_logp, m), kind)
-    loss = aggregate(kl, m, agg, global_num_tokens, global_num_seqs)
+    loss = aggregate(
+        kl,
+        m,
+        agg,
+        global_num_tokens,
+        global_num_seqs,
+        traj_num_tokens=traj_num_tokens,
+        global_num_trajs=global_num_trajs,
+    )
     with torch.no_grad():
         mean = float(_zero_masked(kl.detach(), m).sum() / m.sum().clamp(min=1))
     return loss, {"kl": mean}
@@ -258,12 +330,14 @@ def value_loss(
     agg: LossAgg = "token-mean",
     global_num_tokens: float | None = None,
     global_num_seqs: float | None = None,
+    traj_num_tokens: Tensor | None = None,
+    global_num_trajs: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss `0.5 * max((V - R)^2, (V_clip - R)^2)`, aggregated like the policy.
 
     `V_clip = old_V + clip(V - old_V, -clip_eps, clip_eps)`; `clip_eps=None` disables the
-    clip (plain `0.5 * (V - R)^2`). Stats: `vf_clip_frac`, `value_mean`, `return_mean`,
-    `explained_var`.
+    clip (plain `0.5 * (V - R)^2`). Stats: `vf_clip_frac`, `value_mean`, `return_mean`
+    (the explained variance is a whole-batch figure: `explained_variance`).
 
     >>> loss, _ = value_loss(torch.tensor([[1.0]]), torch.tensor([[0.0]]),
     ...                      torch.tensor([[2.0]]), torch.ones(1, 1))
@@ -281,19 +355,23 @@ def value_loss(
         loss_clip = (v_clip - returns) ** 2
         clipped = loss_clip > loss_mat
         loss_mat = torch.maximum(loss_mat, loss_clip)
-    loss = aggregate(0.5 * loss_mat, m, agg, global_num_tokens, global_num_seqs)
+    loss = aggregate(
+        0.5 * loss_mat,
+        m,
+        agg,
+        global_num_tokens,
+        global_num_seqs,
+        traj_num_tokens=traj_num_tokens,
+        global_num_trajs=global_num_trajs,
+    )
     with torch.no_grad():
         n = m.sum().clamp(min=1).float()
         v_mean = values.detach().sum() / n
         r_mean = returns.sum() / n
-        r_var = _zero_masked((returns - r_mean) ** 2, m).sum() / n
-        err = _zero_masked(returns - values.detach(), m)
-        e_var = _zero_masked((err - err.sum() / n) ** 2, m).sum() / n
         stats = {
             "vf_clip_frac": float((clipped & m).sum() / n),
             "value_mean": float(v_mean),
             "return_mean": float(r_mean),
-            "explained_var": float(1.0 - e_var / r_var) if r_var > 0 else 0.0,
         }
     return loss, stats
 

@@ -39,6 +39,7 @@ class TrainBatch:
     old_values: torch.Tensor | None = None  # [B, T] critic values before the update
     advantages: torch.Tensor | None = None  # [B, T]
     value_targets: torch.Tensor | None = None  # [B, T] critic regression targets
+    traj_num_tokens: torch.Tensor | None = None  # [B] trained tokens of the row's trajectory
 
     @property
     def num_rows(self) -> int:
@@ -78,16 +79,18 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
 
     Raises ValueError when no trajectory is trainable.
     """
-    rows, row_traj, row_group, row_return = [], [], [], []
+    rows, row_traj, row_group, row_return, row_traj_tokens = [], [], [], [], []
     turn_reward_lists = []
     for traj_index, traj in enumerate(trajectories):
         if not traj.status.trainable:
             continue
+        traj_tokens = sum(sum(s.loss_mask) for s in traj.samples)
         for sample in traj.samples:
             rows.append(sample)
             row_traj.append(traj_index)
             row_group.append(traj.group_id)
             row_return.append(traj.total_reward)
+            row_traj_tokens.append(traj_tokens)
             turn_reward_lists.append([t.reward for t in traj.turns])
     if not rows:
         raise ValueError("no trainable trajectory in the batch (all env or engine errors)")
@@ -119,6 +122,7 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
         returns=torch.tensor(row_return, dtype=torch.float32),
         group_ids=torch.tensor(row_group, dtype=torch.long),
         traj_ids=torch.tensor(row_traj, dtype=torch.long),
+        traj_num_tokens=torch.tensor(row_traj_tokens, dtype=torch.float32),
         turn_rewards=turn_rewards,
         row_index=torch.arange(num_rows),
     )
@@ -127,15 +131,21 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
 def mini_batches(
     batch: TrainBatch, num_mini_batches: int, *, generator: torch.Generator | None = None
 ) -> list[TrainBatch]:
-    """Shuffle rows (with `generator`, else in order) and split into `num_mini_batches`
-    near-equal parts; never more parts than rows."""
-    num = max(1, min(num_mini_batches, batch.num_rows))
+    """Shuffle trajectories (with `generator`, else in order) and split them into
+    `num_mini_batches` near-equal parts; the rows of one trajectory stay together, and there
+    are never more parts than trajectories."""
+    traj_keys, inverse = torch.unique(batch.traj_ids, return_inverse=True)
+    num = max(1, min(num_mini_batches, traj_keys.numel()))
     order = (
-        torch.randperm(batch.num_rows, generator=generator)
+        torch.randperm(traj_keys.numel(), generator=generator)
         if generator is not None
-        else torch.arange(batch.num_rows)
+        else torch.arange(traj_keys.numel())
     )
-    return [batch.rows(part) for part in torch.tensor_split(order, num)]
+    parts = []
+    for trajs in torch.tensor_split(order, num):
+        picked = torch.isin(inverse, trajs).nonzero().squeeze(-1)
+        parts.append(batch.rows(picked))
+    return parts
 
 
 def micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:

@@ -36,6 +36,8 @@ class TrainerState:
     """Version of the policy weights the engines hold."""
     collapse_history: dict[str, list[float]] = field(default_factory=dict)
     """Recent values of the collapse early-warning signals (so a resume warns alike)."""
+    return_stats: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    """Running `[count, mean, M2]` of the episode returns (`algo.normalize_rewards`)."""
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:

@@ -68,6 +68,10 @@ class TrainerConfig(_Section):
     """Training steps (rollout + update) in the run."""
     num_groups: int = Field(default=4, gt=0)
     """Initial states (env seeds) per step; each is rolled out `rollout.group_size` times."""
+    first_seed: int = Field(default=500_000, ge=0)
+    """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
+    start's expert seeds (which start at 0) and below the validation seeds, so RL never
+    trains on rooms the warm start imitated or on validation rooms."""
     micro_batch_tokens: int = Field(default=4096, gt=0)
     """Token budget (padded B x T) of one forward/backward; gradients accumulate over these."""
     backend: Literal["local", "fsdp2", "deepspeed"] = "local"

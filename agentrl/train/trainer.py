@@ -26,7 +26,9 @@ from agentrl.algos.filters import filter_stats, starpo_s_filter
 from agentrl.algos.losses import (
     aggregate,
     count_tokens_and_seqs,
+    count_trajs,
     entropy_from_logits,
+    explained_variance,
     kl_loss,
     kl_penalty,
     policy_loss,
@@ -258,15 +260,19 @@ class Trainer:
         metrics = trajectory_stats(trajs) | result.metrics
         trainable = [t for t in trajs if t.status.trainable]
         if trainable:
+            self.state = replace(
+                self.state,
+                return_stats=_welford(self.state.return_stats, [t.total_reward for t in trainable]),
+            )
             keep, filter_metrics = self.filter(trainable)
             batch = to_batch(
                 [t for t, k in zip(trainable, keep, strict=True) if k], pad_id=self.pad_id
             )
             with timer("score"):
                 metrics |= self.score(batch)  # old_logp, ref_logp, old_values
-            batch.advantages, batch.value_targets = self.advantages(batch)  # [B, T]
+            metrics |= self.advantages(batch)  # batch.advantages, batch.value_targets [B, T]
             with timer("update"):
-                metrics |= self.update(batch)
+                metrics |= self.update(batch, train_policy=step > algo.critic_warmup_steps)
             metrics |= filter_metrics
             num_train_tokens = int(batch.attention_mask.sum()) * algo.ppo_epochs
         else:
@@ -300,10 +306,12 @@ class Trainer:
 
     # -- stages -------------------------------------------------------------------------------
     def train_seeds(self, step: int) -> list[int]:
-        """Env seeds of step `step` (1-based): disjoint from the validation seeds."""
+        """Env seeds of step `step` (1-based), in `[trainer.first_seed, eval.seed_offset)`:
+        disjoint from the warm start's expert seeds and from the validation seeds."""
         n = self.cfg.trainer.num_groups
+        first, stop = self.cfg.trainer.first_seed, self.cfg.eval.seed_offset
         base = self.cfg.seed * 7919 + (step - 1) * n
-        return [(base + i) % self.cfg.eval.seed_offset for i in range(n)]
+        return [first + (base + i) % (stop - first) for i in range(n)]
 
     def sampling(
         self, step: int, *, temperature: float | None = None, seed_salt: int = 0
@@ -455,12 +463,20 @@ class Trainer:
             out = self.policy.all_reduce_sum(out)
         return out
 
-    def advantages(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Advantages `[B, T]` (0 off the trained tokens) and critic targets (or None)."""
+    def advantages(self, batch: TrainBatch) -> dict[str, float]:
+        """Fill `batch.advantages` `[B, T]` (0 off the trained tokens) and
+        `batch.value_targets` (critic targets, or None); return the advantage metrics and the
+        critic's explained variance over the whole batch (rollout-time values)."""
+        metrics: dict[str, float] = {}
+        turn_rewards = batch.turn_rewards
+        if self.cfg.algo.normalize_rewards:
+            scale = _running_std(self.state.return_stats)
+            turn_rewards = turn_rewards / scale
+            metrics["reward/norm_scale"] = scale
         result = compute_advantages(
             self.cfg.algo,
             loss_mask=batch.loss_mask,
-            turn_rewards=batch.turn_rewards,
+            turn_rewards=turn_rewards,
             turn_ids=batch.turn_ids,
             group_ids=batch.group_ids,
             traj_ids=batch.traj_ids,
@@ -468,11 +484,18 @@ class Trainer:
             old_logp=batch.old_logp,
             ref_logp=batch.ref_logp,
         )
-        return result.advantages, result.value_targets
+        batch.advantages, batch.value_targets = result.advantages, result.value_targets
+        metrics |= {f"advantage/{k}": v for k, v in result.stats.items()}
+        if batch.old_values is not None and result.value_targets is not None:
+            metrics["critic/explained_var"] = explained_variance(
+                batch.old_values, result.value_targets, batch.loss_mask
+            )
+        return metrics
 
-    def update(self, batch: TrainBatch) -> dict[str, float]:
+    def update(self, batch: TrainBatch, *, train_policy: bool = True) -> dict[str, float]:
         """`ppo_epochs` passes of mini-batch updates; one optimizer step per mini-batch, with
-        gradients accumulated over micro-batches and the loss normalised over the mini-batch."""
+        gradients accumulated over micro-batches and the loss normalised over the mini-batch.
+        `train_policy=False` (the critic's warm-up steps) updates only the critic."""
         a = self.cfg.algo
         device = self.policy.device
         records: list[tuple[float, dict[str, float]]] = []
@@ -481,21 +504,28 @@ class Trainer:
             for mini in mini_batches(batch, a.num_mini_batches, generator=self.generator):
                 local = self._local_rows(mini)
                 num_tokens, num_seqs = count_tokens_and_seqs(local.loss_mask)
+                num_trajs = count_trajs(local.loss_mask, local.traj_num_tokens)
                 totals = self.policy.all_reduce_sum(
-                    torch.tensor([num_tokens, num_seqs], dtype=torch.float64)
+                    torch.tensor([num_tokens, num_seqs, num_trajs], dtype=torch.float64)
                 )
-                norm = {"global_num_tokens": float(totals[0]), "global_num_seqs": float(totals[1])}
+                norm = {
+                    "global_num_tokens": float(totals[0]),
+                    "global_num_seqs": float(totals[1]),
+                    "global_num_trajs": float(totals[2]),
+                }
                 micros = micro_batches(local, self.cfg.trainer.micro_batch_tokens)
                 num_idle = max_over_ranks(len(micros)) - len(micros)  # agreed before any forward
                 for micro in micros:
                     micro = _to(micro, device)
-                    stats = self._policy_backward(micro, norm)
+                    micro_norm = norm | {"traj_num_tokens": micro.traj_num_tokens}
+                    stats = self._policy_backward(micro, micro_norm) if train_policy else {}
                     if self.critic is not None:
-                        stats |= self._critic_backward(micro, norm)
+                        stats |= self._critic_backward(micro, micro_norm)
                     records.append((float(micro.loss_mask.sum()), stats))
                 for _ in range(num_idle):
-                    self._idle_backward(_to(mini.rows([0]), device))
-                grad_norms.append(self.policy.step())
+                    self._idle_backward(_to(mini.rows([0]), device), train_policy=train_policy)
+                if train_policy:
+                    grad_norms.append(self.policy.step())
                 if self.critic is not None:
                     critic_grad_norms.append(self.critic.step())
         mean = _weighted_mean([r for rank_records in gather_objects(records) for r in rank_records])
@@ -506,7 +536,8 @@ class Trainer:
             "clip_frac_high", 0.0
         )
         metrics["actor/kl"] = mean.get("approx_kl", 0.0)
-        metrics["actor/grad_norm"] = float(np.mean(grad_norms))
+        metrics["actor/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        metrics["actor/updated"] = float(train_policy)
         metrics["actor/lr"] = self.policy.lr if hasattr(self.policy, "lr") else self.cfg.optim.lr
         if critic_grad_norms:
             metrics["critic/grad_norm"] = float(np.mean(critic_grad_norms))
@@ -565,11 +596,12 @@ class Trainer:
         self.policy.backward(loss)
         return stats
 
-    def _idle_backward(self, micro: TrainBatch) -> None:
+    def _idle_backward(self, micro: TrainBatch, *, train_policy: bool = True) -> None:
         """A zero-loss forward/backward: keeps a rank with fewer micro-batches than the others
         in step with their collectives (FSDP2 gathers in forward and reduces in backward)."""
-        logits = self.policy.model(input_ids=micro.input_ids, attention_mask=micro.attention_mask)
-        self.policy.backward(logits.logits.float().sum() * 0.0)
+        if train_policy:
+            out = self.policy.model(input_ids=micro.input_ids, attention_mask=micro.attention_mask)
+            self.policy.backward(out.logits.float().sum() * 0.0)
         if self.critic is not None:
             values = token_values(self.critic.model, micro.input_ids, micro.attention_mask)
             self.critic.backward(values.sum() * 0.0)
@@ -744,3 +776,20 @@ def _scatter_rows(
         rows = part.row_index
         out[rows, : value.shape[1]] = value
     return out
+
+
+def _welford(stats: list[float], values: list[float]) -> list[float]:
+    """Running `[count, mean, M2]` of every value seen, updated with `values` (Welford)."""
+    count, mean, m2 = stats
+    for x in values:
+        count += 1
+        delta = x - mean
+        mean += delta / count
+        m2 += delta * (x - mean)
+    return [count, mean, m2]
+
+
+def _running_std(stats: list[float]) -> float:
+    """The std of the values behind Welford `stats` (1 until there are two, at least 1e-3)."""
+    count, _, m2 = stats
+    return max((m2 / count) ** 0.5, 1e-3) if count >= 2 else 1.0

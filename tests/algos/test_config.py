@@ -22,7 +22,8 @@ def test_config_keys_snapshot() -> None:
             "scale_by_std", "reinforce_baseline", "whiten_advantages", "clip_eps_low",
             "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward",
             "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
-            "tis_cap", "ppo_epochs", "num_mini_batches",
+            "tis_cap", "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
+            "normalize_rewards",
         ]
     )  # fmt: skip
     for name, field in AlgoConfig.model_fields.items():
@@ -34,8 +35,8 @@ def test_unknown_keys_and_bad_values_are_errors() -> None:
         AlgoConfig(clip_eps_hihg=0.3)  # type: ignore[call-arg]
     with pytest.raises(ValidationError, match="dual_clip_c"):
         AlgoConfig(dual_clip_c=0.5)
-    with pytest.raises(ValidationError, match="reward_level"):
-        AlgoConfig(estimator="grpo", reward_level="turn")
+    with pytest.raises(ValidationError, match="critic_warmup_steps"):
+        AlgoConfig(estimator="grpo", critic_warmup_steps=2)
     with pytest.raises(ValidationError, match="turn-gae"):
         AlgoConfig(estimator="turn-gae")
     with pytest.raises(ValidationError, match="estimator"):
@@ -52,6 +53,8 @@ def test_derived_properties() -> None:
     assert AlgoConfig(estimator="gae", filter_keep_ratio=0.5).needs_groups
     assert not AlgoConfig(estimator="gae").needs_groups
     assert not AlgoConfig(estimator="reinforce++", reinforce_baseline=False).needs_groups
+    assert not AlgoConfig().clips and AlgoConfig(num_mini_batches=2).clips
+    assert AlgoConfig(ppo_epochs=2).clips
 
 
 def test_all_presets_ship_and_validate() -> None:

@@ -87,12 +87,6 @@ def test_grpo_counts_each_trajectory_once_with_per_turn_rows() -> None:
     )  # fmt: skip
     a = 1 / math.sqrt(2)
     close(out.advantages, torch.tensor([[0, a, a], [0, 0, a], [-a, -a, 0]]) * mask, 1e-4)
-    with pytest.raises(NotImplementedError, match="per-turn samples"):
-        compute_advantages(
-            AlgoConfig(estimator="turn-gae", reward_level="turn"), loss_mask=mask,
-            turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=torch.tensor([4, 4, 4]),
-            traj_ids=torch.tensor([0, 0, 1]), values=torch.zeros(3, 3),
-        )  # fmt: skip
 
 
 def test_kl_in_reward_lowers_the_return_of_the_drifting_trajectory() -> None:
@@ -147,3 +141,147 @@ def test_reinforce_pp_baseline_over_trajectories_with_per_turn_rows() -> None:
     )  # fmt: skip
     hi, lo = 0.4 / math.sqrt(0.24), -0.6 / math.sqrt(0.24)
     close(out.advantages, torch.tensor([[0, hi, hi], [0, 0, hi], [lo, lo, 0]]) * mask, 1e-4)
+
+
+# -- per-turn rows give the credit one prefix-preserving row gives ---------------------------
+
+_GOLDEN_CONFIGS = {
+    "grpo": dict(estimator="grpo"),
+    "grpo-floor": dict(estimator="grpo", std_floor=0.5),
+    "grpo-turn": dict(estimator="grpo", reward_level="turn", turn_gamma=0.9),
+    "rloo-turn-kl": dict(
+        estimator="rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
+    ),
+    "rloo-kl": dict(estimator="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True),
+    "reinforce++": dict(estimator="reinforce++", gamma=0.95),
+    "reinforce++-turn": dict(estimator="reinforce++", reward_level="turn", gamma=0.95),
+    "gae": dict(estimator="gae", gamma=0.99, lam=0.95, whiten_advantages=True),
+    "gae-turn-kl": dict(
+        estimator="gae", reward_level="turn", gamma=0.99, lam=0.9, kl_coef=0.05,
+        kl_kind="k1", kl_in_reward=True,
+    ),
+    "turn-gae": dict(
+        estimator="turn-gae", reward_level="turn", turn_gamma=0.9, turn_lam=0.95, lam=0.9
+    ),
+    "turn-gae-kl": dict(
+        estimator="turn-gae", reward_level="turn", turn_gamma=1.0, turn_lam=0.8, kl_coef=0.1,
+        kl_kind="k3", kl_in_reward=True,
+    ),
+}  # fmt: skip
+
+
+def _two_layouts(seed: int):
+    """The same 6 trajectories (3 groups, 1-4 turns of 1-3 sampled tokens) as one
+    prefix-preserving row each and as one row per turn (each with its own prompt), with the
+    same values / logprobs on the trained tokens and garbage elsewhere."""
+    g = torch.Generator().manual_seed(seed)
+    num_turns = [1, 4, 2, 3, 4, 2]
+    single, per_turn = [], []  # (ids-like rows): (mask, turn_ids, per-token payload) lists
+    for k_count in num_turns:
+        s_mask, s_turn = [0, 0], [-1, -1]  # a 2-token prompt
+        rows = []
+        for k in range(k_count):
+            n = int(torch.randint(1, 4, (1,), generator=g))
+            s_mask += [1] * n
+            s_turn += [k] * n
+            p = int(torch.randint(1, 4, (1,), generator=g))  # this turn's own prompt
+            rows.append(([0] * p + [1] * n, [-1] * p + [k] * n))
+            if k < k_count - 1:  # the observation after the turn
+                s_mask += [0, 0]
+                s_turn += [k, k]
+        single.append((s_mask, s_turn))
+        per_turn.append(rows)
+    rewards = torch.randn(len(num_turns), max(num_turns), generator=g)
+    for i, k_count in enumerate(num_turns):
+        rewards[i, k_count:] = 0.0
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+
+    def pad(rows):
+        width = max(len(m) for m, _ in rows)
+        mask = torch.tensor([m + [0] * (width - len(m)) for m, _ in rows])
+        turns = torch.tensor([t + [-1] * (width - len(t)) for _, t in rows])
+        return mask, turns
+
+    s_mask, s_turn = pad(single)
+    flat_rows = [r for rows in per_turn for r in rows]
+    p_mask, p_turn = pad(flat_rows)
+    traj_ids = torch.tensor([i for i, rows in enumerate(per_turn) for _ in rows])
+    # per-token payloads (values, logp, ref) on the trained tokens, garbage elsewhere
+    num_trained = int(s_mask.sum())
+    payloads = [torch.randn(num_trained, generator=g) for _ in range(3)]
+
+    def place(mask):
+        outs = []
+        for pay in payloads:
+            x = torch.randn(mask.shape, generator=g) * 100  # garbage off the trained tokens
+            x[mask.bool()] = pay
+            outs.append(x)
+        return outs
+
+    single_batch = dict(
+        loss_mask=s_mask, turn_ids=s_turn, turn_rewards=rewards, group_ids=groups,
+        traj_ids=torch.arange(len(num_turns)),
+    )  # fmt: skip
+    per_turn_batch = dict(
+        loss_mask=p_mask, turn_ids=p_turn, turn_rewards=rewards[traj_ids],
+        group_ids=groups[traj_ids], traj_ids=traj_ids,
+    )  # fmt: skip
+    return single_batch, place(s_mask), per_turn_batch, place(p_mask)
+
+
+@pytest.mark.parametrize("name", sorted(_GOLDEN_CONFIGS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_per_turn_rows_get_the_credit_of_one_prefix_preserving_row(name, seed) -> None:
+    algo = AlgoConfig(**_GOLDEN_CONFIGS[name])
+    single, (s_values, s_logp, s_ref), per_turn, (p_values, p_logp, p_ref) = _two_layouts(seed)
+    one = compute_advantages(algo, **single, values=s_values, old_logp=s_logp, ref_logp=s_ref)
+    rows = compute_advantages(algo, **per_turn, values=p_values, old_logp=p_logp, ref_logp=p_ref)
+    s_m, p_m = single["loss_mask"].bool(), per_turn["loss_mask"].bool()
+    # row-major order of the trained tokens is turn order in both layouts
+    close(rows.advantages[p_m], one.advantages[s_m])
+    assert (rows.advantages[~p_m] == 0).all()
+    assert one.advantages[s_m].abs().sum() > 0  # the case is not trivial
+    if algo.use_critic:
+        close(rows.value_targets[p_m], one.value_targets[s_m])
+    assert rows.stats == pytest.approx(one.stats, rel=1e-5, abs=1e-6)
+
+
+def test_turn_level_grpo_credits_each_move_by_its_return_to_go() -> None:
+    # one group of two 2-turn trajectories: returns 1.5 (turns 0.5, 1.0) and 0 (0, 0).
+    # Group mean 0.75, sample std 1.0607. Turn 0 of the first: (1.5 - 0.75) / 1.0607;
+    # turn 1: (1.0 - 0.75) / 1.0607 (the move after the reward of turn 0 gets less credit).
+    mask = torch.tensor([[1, 1], [1, 1]])
+    turn_ids = torch.tensor([[0, 1], [0, 1]])
+    out = compute_advantages(
+        AlgoConfig(estimator="grpo", reward_level="turn"), loss_mask=mask,
+        turn_rewards=torch.tensor([[0.5, 1.0], [0.0, 0.0]]), turn_ids=turn_ids,
+        group_ids=torch.tensor([0, 0]),
+    )  # fmt: skip
+    std = math.sqrt(2 * 0.75**2)
+    close(out.advantages, torch.tensor([[0.75, 0.25], [-0.75, -0.75]]) / std, 1e-4)
+    # one turn each: the same as trajectory-level GRPO
+    single = dict(
+        loss_mask=torch.ones(2, 1),
+        turn_ids=torch.zeros(2, 1, dtype=torch.long),
+        turn_rewards=torch.tensor([[1.0], [0.0]]),
+        group_ids=torch.tensor([0, 0]),
+    )
+    close(
+        compute_advantages(AlgoConfig(estimator="grpo", reward_level="turn"), **single).advantages,
+        compute_advantages(AlgoConfig(estimator="grpo"), **single).advantages,
+    )
+
+
+def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:
+    # every episode solved (10), one in one move fewer (-0.1 per move): std 0.07
+    returns = torch.tensor([[9.6], [9.7]])
+    base = dict(
+        loss_mask=torch.ones(2, 1),
+        turn_ids=torch.zeros(2, 1, dtype=torch.long),
+        turn_rewards=returns,
+        group_ids=torch.tensor([0, 0]),
+    )
+    scaled = compute_advantages(AlgoConfig(estimator="grpo"), **base).advantages
+    floored = compute_advantages(AlgoConfig(estimator="grpo", std_floor=1.0), **base).advantages
+    close(scaled.abs(), torch.full((2, 1), 1 / math.sqrt(2)), 1e-3)  # blown up to unit scale
+    close(floored, torch.tensor([[-0.05], [0.05]]), 1e-4)

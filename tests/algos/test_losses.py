@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from agentrl.algos.losses import (
     aggregate,
     count_tokens_and_seqs,
+    count_trajs,
     entropy_from_logits,
     kl_loss,
     kl_penalty,
@@ -302,3 +303,44 @@ def test_logprobs_without_grad_and_shape_error() -> None:
     assert lp.shape == (2, 3) and (lp <= 0).all()
     with pytest.raises(ValueError, match="do not match"):
         token_logprobs_from_logits(logits, torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_traj_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight() -> None:
+    # One group: a failure in 10 turns and a success in 4, one row per turn (2 tokens each).
+    # GRPO gives them advantages -a and +a; each trajectory's total gradient weight on its
+    # logprobs must be equal and opposite whatever its number of turns.
+    from agentrl.algos.config import AlgoConfig
+    from agentrl.algos.estimate import compute_advantages
+
+    traj_ids = torch.tensor([0] * 10 + [1] * 4)
+    mask = torch.ones(14, 2)
+    turn_ids = torch.cat([torch.arange(10), torch.arange(4)]).unsqueeze(-1).expand(14, 2)
+    turn_rewards = torch.zeros(14, 10)
+    turn_rewards[10:, 3] = 1.0  # the success's last turn
+    adv = compute_advantages(
+        AlgoConfig(estimator="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
+        turn_ids=turn_ids, group_ids=torch.zeros(14, dtype=torch.long), traj_ids=traj_ids,
+    ).advantages  # fmt: skip
+    traj_tokens = torch.where(traj_ids == 0, 20.0, 8.0)
+
+    def weights(agg: str) -> tuple[float, float]:
+        logp = torch.zeros(14, 2, requires_grad=True)
+        loss, _ = policy_loss(logp, torch.zeros(14, 2), adv, mask, agg=agg,
+                              traj_num_tokens=traj_tokens)  # fmt: skip
+        loss.backward()
+        grad = -logp.grad.sum(-1)  # d(-loss)/d(logp): how much each row's tokens are pushed up
+        return float(grad[traj_ids == 0].sum()), float(grad[traj_ids == 1].sum())
+
+    fail, success = weights("traj-mean-token-mean")
+    assert fail < 0 < success
+    assert fail == pytest.approx(-success)
+    fail, success = weights("token-mean")  # token-mean weighs the 10-turn failure 2.5x
+    assert fail == pytest.approx(-2.5 * success)
+
+
+def test_count_trajs_counts_a_split_trajectory_once() -> None:
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    traj_tokens = torch.tensor([3.0, 3.0, 3.0])  # rows 0-1 are one trajectory, row 2 another
+    assert count_trajs(mask, traj_tokens) == pytest.approx(2.0)
+    assert count_trajs(mask[:1], traj_tokens[:1]) == pytest.approx(2 / 3)
+    assert count_trajs(mask, None) == 3.0
