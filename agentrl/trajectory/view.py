@@ -108,14 +108,15 @@ def episode_html(traj: Trajectory, tokenizer: Any, *, title: str = "agentrl epis
     for k, sample in enumerate(traj.samples):
         if len(traj.samples) > 1:
             out.append(f"<h3>sample {k}</h3>")
-        out.append("<div class='tokens'>")
+        spans = []
         for trained, turn, ids, logps in _segments(sample):
             for tid, lp in zip(ids, logps, strict=True):
                 piece = html.escape(tokenizer.decode([tid], skip_special_tokens=False))
                 tip = f"id {tid} · turn {turn}" + (f" · logp {lp:.3f}" if trained else "")
                 cls = "s" if trained else "p"
-                out.append(f"<span class='{cls}' title='{tip}'>{piece}</span>")
-        out.append("</div>")
+                spans.append(f"<span class='{cls}' title='{tip}'>{piece}</span>")
+        # One line of markup: in the pre-wrap box any whitespace between spans would show.
+        out.append("<div class='tokens'>" + "".join(spans) + "</div>")
     out.append(
         "<table><tr><th>turn</th><th>action</th><th>finish</th><th>reward</th>"
         "<th>observation</th><th>info</th><th>weights</th></tr>"

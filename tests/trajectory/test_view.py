@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import html
+import itertools
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,22 +60,24 @@ def test_view_needs_a_tokenizer(run) -> None:
 
 
 # Appended to a copy of the page: after layout, measures what a reader sees of each token
-# and table cell (colour, size, not covered) and writes it into the DOM for --dump-dom.
+# and table cell (colour, place, size, not covered) and writes it into the DOM for --dump-dom.
 _PROBE = """<script>
 addEventListener("load", () => {
-  const seen = (el) => {
+  const seen = (el) => {  // a token wrapped over two lines has one box on each
     el.scrollIntoView({block: "center"});
     const r = el.getBoundingClientRect();
-    const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    const boxes = [...el.getClientRects()].filter((b) => b.width > 0.5);
+    const hit = (b) => document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
     const style = getComputedStyle(el);
-    return {text: el.textContent, background: style.backgroundColor, width: r.width,
-            height: r.height, top: r.top + scrollY, left: r.left + scrollX, on_top: hit === el || el.contains(hit),
-            shown: style.visibility === "visible" && style.display !== "none"};
+    return {text: el.textContent, trained: el.classList.contains("s"),
+            background: style.backgroundColor, shown: style.visibility === "visible",
+            top: r.top + scrollY, left: r.left + scrollX, width: r.width, height: r.height,
+            boxes: boxes.map((b) => [b.left + scrollX, b.top + scrollY, b.width, b.height]),
+            on_top: boxes.some((b) => hit(b) === el || el.contains(hit(b)))};
   };
-  const all = (sel) => [...document.querySelectorAll(sel)];
+  const all = (sel, root = document) => [...root.querySelectorAll(sel)];
   const report = {
-    trained: all(".tokens span.s").map(seen),
-    prompt: all(".tokens span.p").map(seen),
+    samples: all(".tokens").map((div) => ({text: div.innerText, tokens: all("span", div).map(seen)})),
     header: all("table th").map((th) => th.textContent),
     rows: all("table tr").slice(1).map((tr) => [...tr.cells].map(seen)),
     page_height: document.documentElement.scrollHeight,
@@ -83,63 +90,96 @@ addEventListener("load", () => {
 </script>"""
 
 HIGHLIGHT_RGB = (183, 240, 177)  # the page's #b7f0b1 for trained tokens
+WIDTH = 1000  # of the browser window, the same for the probe and the screenshot
+
+
+def _probe(page: Path) -> dict:
+    """What Chromium shows of `page`: the _PROBE report, read back from the dumped DOM."""
+    from agentrl.trajectory._browser import dump_dom
+
+    probed = page.with_suffix(".probed.html")
+    probed.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+    found = re.search(
+        r'<pre id="probe">(.*?)</pre>', dump_dom(probed, width=WIDTH), flags=re.DOTALL
+    )
+    assert found, "the probe script did not run"
+    return json.loads(html.unescape(found.group(1)))
 
 
 def test_html_view_in_headless_chromium(run, require_chromium: str) -> None:
-    """In a real browser, trained tokens are the highlighted ones and each turn's reward is
-    a visible table cell; a screenshot shows the highlight."""
+    """In a real browser, trained tokens are the highlighted ones and flow as the text the
+    model saw, and each turn's reward is a visible table cell; a screenshot shows it."""
     from PIL import Image
 
-    from agentrl.trajectory._browser import dump_dom, screenshot
+    from agentrl.trajectory._browser import screenshot
 
     tmp, trajs, path, _ = run
     traj = trajs[1]
     page = tmp / "browser.html"
     res = CliRunner().invoke(app, ["view", str(path), "--episode", "1", "--html", str(page)])
     assert res.exit_code == 0, res.output
-    probed = tmp / "probed.html"
-    probed.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
-    dom = dump_dom(probed)
-    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, flags=re.DOTALL)
-    assert found, dom[-2000:]
-    report = json.loads(
-        found.group(1).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    )
+    report = _probe(page)
 
-    highlight = "rgb({}, {}, {})".format(*HIGHLIGHT_RGB)
-    trained, prompt = report["trained"], report["prompt"]
+    # Highlighted exactly where the model sampled (loss_mask 1), the rest plain.
+    assert len(report["samples"]) == len(traj.samples)
+    tokens = [t for sample in report["samples"] for t in sample["tokens"]]
+    trained = [t for t in tokens if t["trained"]]
     assert len(trained) == traj.num_sampled_tokens
-    assert len(trained) + len(prompt) == sum(len(s) for s in traj.samples)
-    assert all(t["background"] == highlight for t in trained)
-    assert not any(t["background"] == highlight for t in prompt)
-    visible = [t for t in trained if t["text"].strip()]
-    assert visible and all(t["shown"] and t["width"] > 0 and t["on_top"] for t in visible)
+    assert [t["trained"] for t in tokens] == [bool(m) for s in traj.samples for m in s.loss_mask]
+    highlight = "rgb({}, {}, {})".format(*HIGHLIGHT_RGB)
+    assert all((t["background"] == highlight) == t["trained"] for t in tokens)
+    readable = [t for t in tokens if t["text"].strip()]
+    assert all(t["shown"] and t["boxes"] and t["on_top"] for t in readable)
 
+    # The tokens read as one text: nothing between them, and they share lines.
+    for sample in report["samples"]:
+        assert sample["text"] == "".join(t["text"] for t in sample["tokens"])
+        pairs = list(itertools.pairwise(sample["tokens"]))
+        same_line = [a for a, b in pairs if "\n" not in a["text"] + b["text"]]
+        breaks = [a for a, b in pairs if "\n" not in a["text"] + b["text"] and a["top"] != b["top"]]
+        assert len(breaks) < len(same_line) / 4, (len(breaks), len(same_line))
+
+    # One reward cell per turn, visible, below the tokens.
     reward_col = report["header"].index("reward")
-    rows = report["rows"]
-    assert len(rows) == traj.num_turns
-    tokens_bottom = max(t["top"] + t["height"] for t in trained + prompt)
-    for turn, cells in zip(traj.turns, rows, strict=True):
+    assert len(report["rows"]) == traj.num_turns
+    tokens_bottom = max(t["top"] + t["height"] for t in tokens)
+    for turn, cells in zip(traj.turns, report["rows"], strict=True):
         cell = cells[reward_col]
         assert cell["text"] == f"{turn.reward:.3f}"
         assert cell["shown"] and cell["width"] > 0 and cell["on_top"]
-        assert cell["top"] >= tokens_bottom  # the table follows the token stream
+        assert cell["top"] >= tokens_bottom
 
-    # The screenshot shows the highlight where the DOM puts each trained token.
-    width, height = 1000, min(report["page_height"], 6000)
-    png = screenshot(page, tmp / "view.png", width=width, height=height)
+    # The screenshot shows the highlight where the DOM puts each trained token, and only there.
+    height = min(report["page_height"], 6000)
+    png = screenshot(page, tmp / "view.png", width=WIDTH, height=height)
     pixels = np.asarray(Image.open(png).convert("RGB"), dtype=np.int16)  # [H, W, 3]
     is_green = np.abs(pixels - HIGHLIGHT_RGB).max(axis=-1) <= 2  # [H, W]
 
     def green_share(token: dict) -> float:
-        top, bottom = int(token["top"]) + 1, int(token["top"] + token["height"]) - 1
-        left, right = int(token["left"]) + 1, int(token["left"] + token["width"]) - 1
-        return float(is_green[top:bottom, left:right].mean())
+        """The largest share of highlight colour inside one of the token's boxes."""
+        shares = [
+            is_green[int(y) + 1 : int(y + h) - 1, int(x) + 1 : int(x + w) - 1].mean()
+            for x, y, w, h in token["boxes"]
+            if w >= 3
+        ]
+        return float(max(shares, default=0.0))
 
-    def in_view(tokens: list[dict]) -> list[dict]:
-        return [t for t in tokens if t["text"].strip() and t["top"] + t["height"] < height]
-
-    assert len(in_view(trained)) >= 10 and len(in_view(prompt)) >= 10, report["page_height"]
-    assert all(green_share(t) > 0.1 for t in in_view(trained))  # glyphs cover the rest
-    assert all(green_share(t) == 0 for t in in_view(prompt))
+    in_view = [t for t in readable if t["top"] + t["height"] < height]
+    assert sum(t["trained"] for t in in_view) >= 10 and sum(not t["trained"] for t in in_view) >= 10
+    assert all(green_share(t) > 0.1 for t in in_view if t["trained"])  # glyphs cover the rest
+    assert all(green_share(t) == 0 for t in in_view if not t["trained"])
     assert (pixels.max(axis=-1) < 90).sum() > 500  # text is drawn
+
+
+def test_screenshot_script_writes_the_docs_picture(run, require_chromium: str) -> None:
+    from PIL import Image
+
+    tmp, _, path, _ = run
+    script = Path(__file__).resolve().parents[2] / "scripts" / "screenshot_view.py"
+    png = tmp / "shot.png"
+    argv = [sys.executable, str(script), str(path), "--episode", "1", "--out", str(png)]
+    proc = subprocess.run(
+        [*argv, "--width", "640", "--height", "480"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert Image.open(png).size == (640, 480)
