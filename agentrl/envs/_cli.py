@@ -139,6 +139,10 @@ def check(
     console.print("[green]all checks passed[/green]")
 
 
+EXIT_NOT_FINISHED = 3
+"""`agentrl play`'s exit code when the input stops before the episode ends (2 is bad usage)."""
+
+
 def play(
     name: str = typer.Argument(..., help="Registered env name or module.path:Class."),
     seed: int = typer.Option(0, help="Seed for reset(): the same seed gives the same episode."),
@@ -153,6 +157,7 @@ def play(
     For convenience a line without any `<` is wrapped as `<answer>LINE</answer>` (so `Up`
     works); pass --raw to send lines untouched. An empty line or end of input quits.
     Prints the system prompt, each observation, reward and info, and the final success.
+    Exit code 0 when the episode ends, 3 when the input ends or a line is empty first.
     """
     from agentrl.envs.registry import make
 
@@ -168,8 +173,8 @@ def play(
         typer.echo(f"\n[turn {turn + 1}] your action> ", nl=False)
         line = sys.stdin.readline()
         if not line or not line.strip():
-            typer.echo("\nquit: episode not finished.")
-            raise typer.Exit(2)
+            typer.echo(f"\nquit: episode not finished (exit code {EXIT_NOT_FINISHED}).")
+            raise typer.Exit(EXIT_NOT_FINISHED)
         action = line.rstrip("\n")
         if not raw and "<" not in action:
             action = f"<answer>{action.strip()}</answer>"

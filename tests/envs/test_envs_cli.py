@@ -65,8 +65,21 @@ def test_play_quits_on_empty_line_and_takes_set() -> None:
         ["play", "guess-number", "--seed", "0", "--set", "high=3"],
         input="<answer>9</answer>\n\n",
     )
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # not 2, which is bad usage
     assert "The number is in [1, 3]." in result.output and "outside" in result.output
+    assert "quit: episode not finished (exit code 3)" in result.output
+
+
+def test_play_input_ending_before_the_episode_exits_3() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "play", "sokoban", "--seed", "3"],
+        input="Right",  # one move, then end of input without a newline
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "reward" in proc.stdout and "episode not finished (exit code 3)" in proc.stdout
 
 
 def test_play_subprocess_end_to_end() -> None:
