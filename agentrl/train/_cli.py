@@ -204,8 +204,10 @@ def export(
     run: Annotated[Path, typer.Argument(help="Run directory, checkpoint folder or model folder.")],
     out: Annotated[Path, typer.Option("--out", help="Destination folder (created).")],
 ) -> None:
-    """Write the latest policy of a run as a plain Hugging Face model folder, with the
-    settings it was trained with (`agentrl_settings.yaml`, which `agentrl eval` reads)."""
+    """Write the latest policy of a run as a plain Hugging Face model folder.
+
+    The folder also gets the settings the policy was trained with (`agentrl_settings.yaml`,
+    which `agentrl eval` reads)."""
     import shutil
 
     from agentrl.config import ConfigError
