@@ -5,6 +5,11 @@ actions, case-insensitive). Rewards follow RAGEN: -0.1 per action, +1 for a box 
 a target, -1 for a box pushed off one, +10 when every box is on a target. Success means
 solved within the episode's action budget (`max_actions`).
 
+A move into a wall, or into a box that cannot be pushed, is a valid action that costs its
+-0.1 and leaves the player where it was: `info["blocked"]` counts such moves of the turn and
+`info["moved"]` says whether any of them moved the player. The observation shows it only through
+the unchanged grid, so observations stay those the shipped models were trained on.
+
 >>> env = SokobanEnv()
 >>> obs, info = env.reset(seed=3)
 >>> info["optimal_len"] == len(env.expert_actions())
@@ -195,10 +200,12 @@ class SokobanEnv(TokenEnv):
         self._turns += 1
         moves, problem = self._parse(action)
         reward = 0.0 if problem is None else self.invalid_penalty
-        taken = 0
+        taken = blocked = 0
         for a in moves[: min(self.max_actions_per_turn, self._actions_left)]:
+            before = self._player
             reward += self._move(self._deltas[a])
             taken += 1
+            blocked += self._player == before
             if self._on_target == len(self._boxes):
                 break
         self._actions_left -= taken
@@ -219,6 +226,8 @@ class SokobanEnv(TokenEnv):
             "success": solved,
             "valid": problem is None,
             "actions_taken": taken,
+            "blocked": blocked,
+            "moved": blocked < taken,
             "actions_left": self._actions_left,
             "boxes_on_target": self._on_target,
         }

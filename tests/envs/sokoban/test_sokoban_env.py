@@ -52,6 +52,19 @@ def test_rewards_golden_box_off_target_and_blocked(tmp_path: Path) -> None:
     assert env.render() == "#########\n#_SXXO__#\n#_______#\n#########"
     assert info["boxes_on_target"] == 0 and info["actions_taken"] == 2
     assert info["actions_left"] == 8 and not terminated
+    assert info["valid"] and info["blocked"] == 1 and info["moved"]
+
+
+def test_move_into_a_wall_says_the_player_did_not_move(tmp_path: Path) -> None:
+    env = _env_on(tmp_path, ["#######", "#P_XO_#", "#######"], max_actions_per_turn=3)
+    before = env.render()
+    obs, reward, _, _, info = env.step("<answer>Up || Left</answer>")
+    assert reward == pytest.approx(-0.2) and info["valid"] and info["actions_taken"] == 2
+    assert (info["blocked"], info["moved"]) == (2, False) and env.render() == before
+    obs, reward, _, _, info = env.step("<answer>Up || Right</answer>")
+    assert (info["blocked"], info["moved"]) == (1, True)
+    _, _, _, _, info = env.step("nothing")
+    assert (info["actions_taken"], info["blocked"], info["moved"]) == (0, 0, False)
 
 
 def test_multi_action_cap_case_and_separators(tmp_path: Path) -> None:
