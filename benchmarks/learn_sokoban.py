@@ -1,29 +1,32 @@
-"""Does the policy learn Sokoban? Presets side by side, same budget, several seeds.
+"""Does RL improve the policy on Sokoban? Variants side by side, same budget, several seeds.
 
-For each preset (`starpo-s`, `starpo` with a PPO critic, `grpo`) and each seed, RL-train the
-starting policy on `sokoban` (6x6, 1 box, 10 actions) with `agentrl train --env sokoban`'s CPU
-defaults (`agentrl/train/defaults/cpu-sokoban.yaml`: one action per turn, up to 10 turns) for
-the same budget (steps and/or wall-clock minutes), then evaluate on the fixed validation
-protocol (RAGEN's):
-`--eval-episodes` validation seeds from 1,000,000 (disjoint from training seeds), temperature
-0.5, success = solved within the action budget. Beside every result: the floor (a uniformly
-random policy, 5 random actions per turn) and the ceiling (the exact solver) on the same seeds.
+Each *variant* is a preset plus config overrides (`VARIANTS`; a plain preset name works too):
+`rl` is `agentrl train --env sokoban`'s RL (the CPU defaults in
+`agentrl/train/defaults/cpu-sokoban.yaml`: StarPO-S with per-move credit, turn-level GAE and a
+warmed-up critic), `rft` is rejection-sampling fine-tuning (SFT on the policy's own solved
+episodes, same rollouts and budget: the imitation baseline RL must beat), `old` is the RL of
+before issue 14 (one return per trajectory, token-mean, one optimizer step per rollout).
+For each variant and seed, train from the starting policy for the same budget (steps and/or
+wall-clock minutes), then evaluate on the fixed validation protocol: `--eval-episodes`
+validation seeds from 1,000,000 (disjoint from training seeds), success = solved within the
+action budget, at temperature 0.5 and greedy, each with its binomial standard error and
+split by the room's optimal solution length (6 moves or fewer / 7 or more). Beside every
+result: the floor (a uniformly random policy) and the ceiling (the exact solver).
 
 The starting policy is `--init` (a model folder, e.g. from `agentrl sft`), or `--sft` runs
 the defaults' warm start once (SFT on the solver's episodes, as `agentrl train` does before
-RL) and every run starts from it, or the plain `--model` (RL only).
+RL; `--weak-start` makes it 16,384 episodes in one lr cycle) and every run starts from it.
 
 Writes into `--out` (default results/): `learn_sokoban.md` (the table), `learn_sokoban.json`
-(every number), `learn_sokoban_curves.png` (success curves of every run, `agentrl plot`'s
-function) and `runs/` (each run's metrics.jsonl, config.yaml; checkpoints are removed).
+(every number), `learn_sokoban_curves.png` (curves of every run), `runs/` (each run's
+metrics.jsonl, config.yaml) and, with `--keep-models`, `models/<variant>-s<seed>/` (the final
+Hugging Face model folders, scored by plain `agentrl eval --model DIR`).
 
-    # smoke run (about 2 minutes on 2 cores)
+    # smoke run (about 3 minutes on 2 cores)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learn_sokoban.py --quick --out /tmp/ls
-    # the default run in results/sokoban-default/ (its learn_sokoban.md has the command)
-    .venv/bin/python benchmarks/learn_sokoban.py --sft --presets starpo-s --seeds 0 --total-minutes 60
-    # on a bigger machine: the 9 runs at once, one torch thread each (a GPU is used if present;
-    # results/compare-presets/)
-    python benchmarks/learn_sokoban.py --init MODEL --parallel 9 --threads 1 --minutes 6
+    # the weak-start comparison in results/sokoban-rl/ (its learn_sokoban.md has the command)
+    .venv/bin/python benchmarks/learn_sokoban.py --sft --weak-start --variants rl,rft,old \
+        --seeds 0 --minutes 25 --threads 1 --parallel 2 --keep-models --out results/sokoban-rl
 """
 
 from __future__ import annotations
@@ -41,6 +44,36 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "sokoban"
 SEED_OFFSET = 1_000_000
+
+VARIANTS: dict[str, tuple[str | None, list[str]]] = {
+    # name: (preset, overrides); preset None is the env's own (StarPO-S for Sokoban)
+    "rl": (None, []),
+    "rl-grpo": ("grpo", ["algo.reward_level=turn", "algo.kl_coef=0"]),
+    "rft": (
+        "grpo",
+        [
+            "algo.estimator=rft",
+            "algo.kl_coef=0",
+            "algo.num_mini_batches=1",
+            "algo.loss_agg=token-mean",
+        ],
+    ),
+    "old": (
+        None,
+        [
+            "algo.estimator=gae",
+            "algo.reward_level=trajectory",
+            "algo.loss_agg=token-mean",
+            "algo.num_mini_batches=1",
+            "algo.value_clip_eps=0.2",
+            "algo.normalize_rewards=false",
+            "algo.critic_warmup_steps=0",
+        ],
+    ),
+}
+"""The variants `--variants` names; any other name is a preset used as it is."""
+WEAK_START = ["warm_start.num_episodes=16384", "warm_start.lr_cycles=1"]
+"""`--weak-start`: the warm start of issue 14's weak-start target (about 44% success)."""
 
 
 def floor_and_ceiling(num_episodes: int) -> dict[str, float]:
@@ -82,30 +115,43 @@ def base_config(preset: str | None, overrides: list[str]) -> Any:
     )
 
 
-def validation_success(model: str, num_episodes: int, max_new_tokens: int, cfg: Any) -> float:
-    """The validation protocol: one episode per validation seed at temperature 0.5."""
+def validation(model: str, num_episodes: int, max_new_tokens: int, cfg: Any) -> dict[str, Any]:
+    """The validation protocol at temperature 0.5 and greedy: `{"t0.5": metrics, "greedy":
+    metrics}`, each `agentrl.train.evaluate.evaluate`'s dict (success, SE, short/long)."""
     from agentrl.sft.train import evaluate_model
 
-    result = evaluate_model(
-        model,
-        ENV,
-        cfg.env.kwargs,
-        history_turns=cfg.rollout.history_turns,
-        num_episodes=num_episodes,
-        temperature=0.5,
-        max_new_tokens=max_new_tokens,
-        seed_offset=SEED_OFFSET,
-    )
-    return result["success_rate"]
+    return {
+        name: evaluate_model(
+            model,
+            ENV,
+            cfg.env.kwargs,
+            history_turns=cfg.rollout.history_turns,
+            num_episodes=num_episodes,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            seed_offset=SEED_OFFSET,
+        )
+        for name, temperature in (("t0.5", 0.5), ("greedy", 0.0))
+    }
 
 
-def warm_start(args: argparse.Namespace, out: Path) -> tuple[str, float]:
-    """Run the defaults' warm start (SFT on the solver) into `out`; (model folder, seconds)."""
+def _pct(metrics: dict[str, float], key: str = "success") -> str:
+    """`85.9% ± 1.1` from `success_rate`/`success_se` (or `success_long`/`_long_se`...)."""
+    rate = metrics.get(f"{key}_rate", metrics.get(key))
+    se = metrics.get(f"{key}_se")
+    if rate is None:
+        return "-"
+    return f"{rate:.1%} ± {se * 100:.1f}" if se is not None else f"{rate:.1%}"
+
+
+def warm_start(args: argparse.Namespace, out: Path, sft_set: list[str]) -> tuple[str, float]:
+    """Run the defaults' warm start (SFT on the solver; `sft_set` overrides it) into `out`;
+    (model folder, seconds)."""
     from agentrl.sft.train import TRAJECTORIES_FILE
     from agentrl.train.warm_start import warm_start as run_warm_start
 
     start = time.perf_counter()
-    cfg = base_config(None, [f"model.name={args.model}", *args.set])
+    cfg = base_config(None, [f"model.name={args.model}", *sft_set, *args.set])
     cfg.logging.progress = False
     folder = run_warm_start(cfg, out)
     wall_s = time.perf_counter() - start
@@ -120,13 +166,14 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[str, float]:
 
 
 def train_run(
-    preset: str, seed: int, init: str, run_dir: Path, args: argparse.Namespace
+    variant: str, seed: int, init: str, run_dir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """RL from `init` with `preset` for the budget; returns the run's summary."""
+    """Train `variant` from `init` for the budget; returns the run's summary."""
     from agentrl.config import dump_config
     from agentrl.train.metrics import read_metrics
     from agentrl.train.trainer import Trainer
 
+    preset, variant_overrides = VARIANTS.get(variant, (variant, []))
     overrides = [
         f"model.name={init}",
         "warm_start.expert=null",  # `init` is the starting policy
@@ -139,6 +186,7 @@ def train_run(
         "logging.save_trajectories=0",
         "checkpoint.every=0",
         "checkpoint.save_optimizer=false",
+        *variant_overrides,
         *args.set,
     ]
     if run_dir.exists():
@@ -154,7 +202,7 @@ def train_run(
                 break
             metrics = trainer.train_step()
             print(
-                f"  {preset} seed {seed} step {trainer.state.step}: success "
+                f"  {variant} seed {seed} step {trainer.state.step}: success "
                 f"{metrics.get('success_rate', float('nan')):.2f} reward "
                 f"{metrics.get('reward/mean', float('nan')):.2f} ({metrics['time/step']:.1f} s)",
                 flush=True,
@@ -165,19 +213,26 @@ def train_run(
     wall_s = time.perf_counter() - start
     from agentrl.train.checkpoint import model_dir
 
-    final = validation_success(
-        str(model_dir(run_dir)), args.eval_episodes, args.max_new_tokens, cfg
-    )
+    final_model = model_dir(run_dir)
+    if args.keep_models:
+        kept = args.out / "models" / f"{variant}-s{seed}"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.copytree(final_model, kept)
+        final_model = kept
+    final = validation(str(final_model), args.eval_episodes, args.max_new_tokens, cfg)
     records = read_metrics(run_dir)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # keep results/ small
+    late = records[-100:]
     return {
-        "preset": preset,
+        "variant": variant,
         "seed": seed,
         "steps": trainer.state.step,
         "wall_s": wall_s,
-        "final_success": final,
-        "collapse_warning": any(r.get("collapse_warning", 0) for r in records),
+        "final": final,
+        "final_success": final["t0.5"]["success_rate"],
+        "collapse_warnings_last_100": int(sum(r.get("collapse_warning", 0) for r in late)),
         "train_success_last": records[-1].get("success_rate") if records else None,
+        "model": str(final_model),
     }
 
 
@@ -186,17 +241,17 @@ def _train_job(job: tuple[str, int, Path], init: str, args: argparse.Namespace) 
     import torch
 
     torch.set_num_threads(args.threads)
-    preset, seed, run_dir = job
-    return train_run(preset, seed, init, run_dir, args)
+    variant, seed, run_dir = job
+    return train_run(variant, seed, init, run_dir, args)
 
 
 def run_all(
     jobs: list[tuple[str, int, Path]], init: str, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """Every (preset, seed) run: one after another, or `--parallel` at once (each in its own
-    process with `--threads` torch threads; for machines with more cores, or a GPU)."""
+    """Every (variant, seed) run: one after another, or `--parallel` at once (each in its own
+    process with `--threads` torch threads)."""
     if args.parallel <= 1:
-        return [train_run(preset, seed, init, run_dir, args) for preset, seed, run_dir in jobs]
+        return [train_run(variant, seed, init, run_dir, args) for variant, seed, run_dir in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -210,35 +265,41 @@ def write_table(summary: dict[str, Any], out: Path) -> Path:
     """The Markdown table of the comparison."""
     fc = summary["floor_ceiling"]
     n = summary["eval_episodes"]
+    start = summary["start"]
     lines = [
-        "# Sokoban 6x6 / 1 box: StarPO-S vs StarPO (PPO critic) vs GRPO",
+        "# Sokoban 6x6 / 1 box: RL variants from one starting policy",
         "",
-        f"Validation: {n} fixed seeds from {SEED_OFFSET}, temperature 0.5, success = solved "
-        "within 10 actions. Floor (uniform random policy): "
+        f"Validation: {n} fixed seeds from {SEED_OFFSET}, success = solved within 10 actions, "
+        "± one binomial standard error; short/long = rooms whose optimal solution takes at most "
+        "6 / at least 7 moves. Floor (uniform random policy): "
         f"**{fc['random']:.1%}**; ceiling (exact solver): **{fc['solver']:.1%}**.",
-        f"Starting policy `{summary['init_name']}`: **{summary['start_success']:.1%}**"
-        + (
-            f" (warm start: {summary['sft_wall_s'] / 60:.1f} min). "
-            if summary["sft_wall_s"]
-            else ". "
-        )
-        + f"RL budget per run: {summary['budget']}. Machine: {summary['machine']}.",
+        f"Starting policy `{summary['init_name']}`"
+        + (f" (warm start: {summary['sft_wall_s'] / 60:.1f} min)" if summary["sft_wall_s"] else "")
+        + f": T=0.5 {_pct(start['t0.5'])} (short {_pct(start['t0.5'], 'success_short')}, "
+        f"long {_pct(start['t0.5'], 'success_long')}), greedy {_pct(start['greedy'])}.",
+        f"Budget per run: {summary['budget']}. Machine: {summary['machine']}.",
         "",
-        "| preset | seeds | final success (mean ± sd) | per seed | gain over start "
-        "| wall time / run | collapse warning |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | seed | steps | T=0.5 | short (≤6) | long (≥7) | greedy | gain (T=0.5) "
+        "| wall | collapse warnings, last 100 steps |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for preset, runs in summary["by_preset"].items():
-        finals = [r["final_success"] for r in runs]
-        sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
-        mean = statistics.mean(finals)
-        walls = statistics.mean(r["wall_s"] for r in runs)
-        fired = sum(r["collapse_warning"] for r in runs)
-        lines.append(
-            f"| {preset} | {len(runs)} | {mean:.1%} ± {sd:.1%} | "
-            f"{', '.join(f'{f:.1%}' for f in finals)} | {mean - summary['start_success']:+.1%} | "
-            f"{walls / 60:.1f} min | {fired}/{len(runs)} runs |"
-        )
+    for variant, runs in summary["by_variant"].items():
+        for r in runs:
+            t05, greedy = r["final"]["t0.5"], r["final"]["greedy"]
+            gain = t05["success_rate"] - start["t0.5"]["success_rate"]
+            lines.append(
+                f"| {variant} | {r['seed']} | {r['steps']} | {_pct(t05)} | "
+                f"{_pct(t05, 'success_short')} | {_pct(t05, 'success_long')} | {_pct(greedy)} | "
+                f"{gain * 100:+.1f} | {r['wall_s'] / 60:.1f} min | "
+                f"{r['collapse_warnings_last_100']} |"
+            )
+        if len(runs) > 1:
+            finals = [r["final_success"] for r in runs]
+            se = statistics.stdev(finals) / len(finals) ** 0.5
+            lines.append(
+                f"| **{variant}, mean of {len(runs)} seeds** | | | "
+                f"**{statistics.mean(finals):.1%} ± {se * 100:.1f}** | | | | | | |"
+            )
     lines += [
         "",
         f"Curves: `{summary['curves']}` (training success per step and periodic validation on "
@@ -255,7 +316,12 @@ def write_table(summary: dict[str, Any], out: Path) -> Path:
 def main() -> None:
     """Parse flags, run the comparison, write the table, JSON and curves."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--presets", default="starpo-s,starpo,grpo", help="Comma-separated presets.")
+    p.add_argument(
+        "--variants",
+        "--presets",
+        default="rl,rft",
+        help=f"Comma-separated variants ({', '.join(VARIANTS)}) or preset names.",
+    )
     p.add_argument("--seeds", default="0,1,2", help="Comma-separated run seeds.")
     p.add_argument("--steps", type=int, default=200, help="RL steps per run (the budget).")
     p.add_argument("--minutes", type=float, default=0.0, help="Also stop a run after this.")
@@ -268,48 +334,54 @@ def main() -> None:
     p.add_argument("--model", default="tiny", help="Model to start from (with --sft: to SFT).")
     p.add_argument("--init", default=None, help="Start from this model folder (e.g. SFT output).")
     p.add_argument("--sft", action="store_true", help="Run the defaults' warm start first.")
+    p.add_argument(
+        "--weak-start", action="store_true", help="With --sft: 16,384 episodes, one lr cycle."
+    )
     p.add_argument("--threads", type=int, default=2, help="Torch threads (the 2 CPU cores).")
     p.add_argument("--parallel", type=int, default=1, help="Runs at once, each in its own process.")
-    p.add_argument("--eval-episodes", type=int, default=256, help="Final validation episodes.")
+    p.add_argument("--eval-episodes", type=int, default=1024, help="Final validation episodes.")
     p.add_argument("--eval-every", type=int, default=10, help="Validation curve interval.")
     p.add_argument("--curve-episodes", type=int, default=64, help="Episodes per curve point.")
     p.add_argument("--max-new-tokens", type=int, default=24, help="Ids per validation turn.")
     p.add_argument("--set", action="append", default=[], help="Train config override k=v.")
+    p.add_argument("--keep-models", action="store_true", help="Keep final models in models/.")
     p.add_argument("--quick", action="store_true", help="Smoke run: tiny budget, 1 seed.")
     p.add_argument("--out", type=Path, default=ROOT / "results", help="Results folder.")
     args = p.parse_args()
+    sft_set: list[str] = WEAK_START if args.weak_start else []
     if args.quick:
         args.seeds, args.steps, args.eval_episodes = "0", 2, 16
         args.eval_every, args.curve_episodes = 1, 8
-        args.set = ["warm_start.num_episodes=64", *args.set]
+        sft_set = ["warm_start.num_episodes=64"]
     import torch
 
     torch.set_num_threads(args.threads)
     args.set = [f"trainer.num_threads={args.threads}", *args.set]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    args.out = out
     fc = floor_and_ceiling(args.eval_episodes)
     print(f"floor (random) {fc['random']:.3f}, ceiling (solver) {fc['solver']:.3f}", flush=True)
     init = args.init or args.model
     sft_wall_s = 0.0
     if args.sft and not args.init:
-        init, sft_wall_s = warm_start(args, out / "runs")
+        init, sft_wall_s = warm_start(args, out / "runs", sft_set)
     if args.total_minutes:
         args.minutes = max(args.total_minutes - sft_wall_s / 60, 0.1)
         print(f"RL budget per run: {args.minutes:.1f} min", flush=True)
     cfg = base_config(None, list(args.set))
-    start_success = validation_success(init, args.eval_episodes, args.max_new_tokens, cfg)
-    print(f"starting policy {init}: validation success {start_success:.3f}", flush=True)
+    start = validation(init, args.eval_episodes, args.max_new_tokens, cfg)
+    print(f"starting policy {init}: T=0.5 {_pct(start['t0.5'])}, greedy {_pct(start['greedy'])}")
 
     jobs = [
-        (preset, int(seed), out / "runs" / f"{preset}-s{seed}")
-        for preset in args.presets.split(",")
+        (variant, int(seed), out / "runs" / f"{variant}-s{seed}")
+        for variant in args.variants.split(",")
         for seed in args.seeds.split(",")
     ]
-    by_preset: dict[str, list[dict[str, Any]]] = {}
+    by_variant: dict[str, list[dict[str, Any]]] = {}
     for summary in run_all(jobs, init, args):
-        print(f"{summary['preset']} seed {summary['seed']}: {summary}", flush=True)
-        by_preset.setdefault(summary["preset"], []).append(summary)
+        print(f"{summary['variant']} seed {summary['seed']}: {summary}", flush=True)
+        by_variant.setdefault(summary["variant"], []).append(summary)
     run_dirs = [run_dir for _, _, run_dir in jobs]
 
     from agentrl.train.plot import plot_runs
@@ -318,7 +390,7 @@ def main() -> None:
     plot_runs(
         run_dirs,
         curves,
-        keys=("success_rate", "eval/success_rate", "reward/in_group_std", "actor/entropy"),
+        keys=("success_rate", "eval/success_rate", "critic/explained_var", "actor/entropy"),
     )
     init_name = f"warm start of {args.model}" if args.sft and not args.init else init
     budget = f"{args.steps} steps" + (f" or {args.minutes:.1f} min" if args.minutes else "")
@@ -328,13 +400,15 @@ def main() -> None:
         "curve_episodes": args.curve_episodes,
         "init": init,
         "init_name": init_name,
-        "start_success": start_success,
+        "start": start,
+        "start_success": start["t0.5"]["success_rate"],
         "sft_wall_s": sft_wall_s,
         "budget": budget,
         "machine": f"{os.cpu_count()} CPU cores, torch threads {args.threads}"
         + (f", {args.parallel} runs at once" if args.parallel > 1 else "")
         + (f", {gpu}" if (gpu := _gpu_name()) else ""),
-        "by_preset": by_preset,
+        "by_variant": by_variant,
+        "variants": {v: VARIANTS.get(v, (v, [])) for v in by_variant},
         "curves": str(curves.relative_to(out)) if curves.is_relative_to(out) else str(curves),
         "command": ".venv/bin/python benchmarks/learn_sokoban.py " + " ".join(os.sys.argv[1:]),
     }

@@ -15,7 +15,7 @@ config does not import torch)."""
 KLKind = Literal["k1", "k2", "k3"]
 """KL estimator (as `agentrl.algos.losses.KLKind`)."""
 
-Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae"]
+Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae", "rft"]
 
 _CRITIC_ESTIMATORS = ("gae", "turn-gae")
 _GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -29,7 +29,10 @@ class AlgoConfig(BaseModel):
     estimator: Estimator = "grpo"
     """Advantage estimator: `grpo` (group mean/std), `rloo` (leave-one-out), `reinforce++`
     (returns-to-go whitened over the batch), `gae` (critic; StarPO trajectory-level when
-    `reward_level` is `trajectory`), `turn-gae` (critic; GAE across turns, then in turns)."""
+    `reward_level` is `trajectory`), `turn-gae` (critic; GAE across turns, then in turns),
+    `rft` (rejection-sampling fine-tuning, the imitation baseline: the trainer keeps only the
+    successful trajectories and every token gets advantage 1, i.e. SFT on the policy's own
+    solved episodes)."""
     reward_level: Literal["trajectory", "turn"] = "trajectory"
     """`trajectory`: one return per trajectory, the sum of its turn rewards, on its last
     sampled token (StarPO); every token of a trajectory gets one credit. `turn`: each turn's
@@ -81,7 +84,8 @@ class AlgoConfig(BaseModel):
     """Weight of the value loss in the critic's objective."""
     critic_warmup_steps: int = Field(0, ge=0)
     """The first this many training steps fit only the critic on their rollouts; the policy
-    does not move (so the critic's baseline is useful from the first policy update)."""
+    does not move (so the critic's baseline is useful from the first policy update). The first
+    step starts the value head at the least-squares fit of its returns (local backend)."""
     normalize_rewards: bool = False
     """Divide rewards by the running std of the episode returns seen so far (no shift), so
     the critic regresses targets of unit scale whatever the env's reward scale."""

@@ -204,6 +204,8 @@ def _one_row_each(
         )  # [B, K]
         center, scale = _group_center_scale(algo, to_go[:, 0], group_ids)  # [B], [B]
         adv = _on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1), turn_ids, m)
+    elif algo.estimator == "rft":  # the trainer kept only successful trajectories
+        adv = mask.clone()
     elif algo.estimator == "reinforce++":
         groups = group_ids if algo.reinforce_baseline else None
         adv = reinforce_pp_advantages(token_rewards, loss_mask, gamma=algo.gamma, group_ids=groups)

@@ -40,3 +40,41 @@ def token_values(
     state in which token t was sampled; column 0 is 0. `[B, T]` float32."""
     out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
     return torch.nn.functional.pad(out[:, :-1], (1, 0))
+
+
+@torch.no_grad()
+def fit_value_head(
+    critic: nn.Module,
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
+    *,
+    ridge: float = 1e-2,
+) -> None:
+    """Set the value head to the least-squares fit of `targets` on the backbone's features.
+
+    `parts` holds `(input_ids, attention_mask, targets, mask)` micro-batches (`[b, t]` each):
+    the value of token t (`token_values`) reads the feature of position t - 1, so the fit
+    regresses `targets[:, t]` on those features where `mask` is 1 (ridge `ridge`, bias not
+    penalised). A zero-initialised head otherwise needs hundreds of small Adam steps to reach
+    the scale of the returns; the fit starts the critic at the best linear read-out instead.
+    """
+    backbone = getattr(critic, critic.base_model_prefix)
+    head = critic.score if hasattr(critic, "score") else critic.classifier
+    feats, ys = [], []
+    for input_ids, attention_mask, targets, mask in parts:
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = torch.nn.functional.pad(hidden[:, :-1], (0, 0, 1, 0))  # feature for token t
+        sel = mask.bool()
+        feats.append(hidden[sel].double())
+        ys.append(targets[sel].double())
+    x = torch.cat(feats)  # [N, d]
+    y = torch.cat(ys)  # [N]
+    x = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)  # bias column
+    penalty = ridge * torch.eye(x.shape[1], dtype=x.dtype)
+    penalty[-1, -1] = 0.0
+    solution = torch.linalg.solve(x.T @ x + penalty, x.T @ y)  # [d + 1]
+    head.weight.copy_(solution[:-1].to(head.weight.dtype).unsqueeze(0))
+    if getattr(head, "bias", None) is not None:
+        head.bias.fill_(float(solution[-1]))
+    elif float(solution[-1]) != 0.0:  # no bias: refit through the origin
+        plain = torch.linalg.solve(x[:, :-1].T @ x[:, :-1] + penalty[:-1, :-1], x[:, :-1].T @ y)
+        head.weight.copy_(plain.to(head.weight.dtype).unsqueeze(0))

@@ -53,7 +53,7 @@ from agentrl.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from agentrl.train.critic import build_critic, token_values
+from agentrl.train.critic import build_critic, fit_value_head, token_values
 from agentrl.train.engines import SeededEngine, build_engine
 from agentrl.train.metrics import CollapseDetector, MetricsLogger, trajectory_stats
 from agentrl.train.prefix import shared_prefix_logits
@@ -265,9 +265,15 @@ class Trainer:
                 return_stats=_welford(self.state.return_stats, [t.total_reward for t in trainable]),
             )
             keep, filter_metrics = self.filter(trainable)
-            batch = to_batch(
-                [t for t, k in zip(trainable, keep, strict=True) if k], pad_id=self.pad_id
-            )
+            if algo.estimator == "rft":  # rejection sampling: imitate the successes only
+                keep = [k and t.success for t, k in zip(trainable, keep, strict=True)]
+                filter_metrics["filter/keep_frac"] = sum(keep) / len(keep)
+            trainable = [t for t, k in zip(trainable, keep, strict=True) if k]
+        if trainable:
+            batch = to_batch(trainable, pad_id=self.pad_id)
+            if step == 1 and algo.critic_warmup_steps and self.critic is not None:
+                with timer("critic_fit"):
+                    self.fit_value_head(batch)
             with timer("score"):
                 metrics |= self.score(batch)  # old_logp, ref_logp, old_values
             metrics |= self.advantages(batch)  # batch.advantages, batch.value_targets [B, T]
@@ -276,7 +282,7 @@ class Trainer:
             metrics |= filter_metrics
             num_train_tokens = int(batch.attention_mask.sum()) * algo.ppo_epochs
         else:
-            log.warning("step %d: no trainable trajectory (all env/engine errors); no update", step)
+            log.warning("step %d: no trajectory to train on (errors or none kept); no update", step)
             num_train_tokens = 0
         unchanged = self._synced_step == self.state.step and not trainable
         self.state = replace(self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups)
@@ -491,6 +497,44 @@ class Trainer:
                 batch.old_values, result.value_targets, batch.loss_mask
             )
         return metrics
+
+    def fit_value_head(self, batch: TrainBatch) -> None:
+        """Start the critic at the least-squares fit of its value head to this batch's
+        Monte-Carlo returns (the first step of `algo.critic_warmup_steps`; local backend only:
+        FSDP2 and DeepSpeed shard the head)."""
+        if self.cfg.trainer.backend != "local":
+            log.info("critic warm-up: no least-squares head fit under %s", self.cfg.trainer.backend)
+            return
+        mc = self.cfg.algo.model_copy(
+            update={"lam": 1.0, "turn_lam": 1.0, "whiten_advantages": False}
+        )
+        turn_rewards = batch.turn_rewards
+        if mc.normalize_rewards:
+            turn_rewards = turn_rewards / _running_std(self.state.return_stats)
+        targets = compute_advantages(
+            mc,
+            loss_mask=batch.loss_mask,
+            turn_rewards=turn_rewards,
+            turn_ids=batch.turn_ids,
+            group_ids=batch.group_ids,
+            traj_ids=batch.traj_ids,
+            values=torch.zeros_like(batch.loss_mask),
+        ).value_targets
+        batch.row_index = torch.arange(batch.num_rows)
+        parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)
+        device = self.critic.device
+        fit_value_head(
+            self.critic.model,
+            [
+                (
+                    p.input_ids.to(device),
+                    p.attention_mask.to(device),
+                    targets[p.row_index, : p.input_ids.shape[1]].to(device),
+                    p.loss_mask.to(device),
+                )
+                for p in parts
+            ],
+        )
 
     def update(self, batch: TrainBatch, *, train_policy: bool = True) -> dict[str, float]:
         """`ppo_epochs` passes of mini-batch updates; one optimizer step per mini-batch, with

@@ -98,3 +98,17 @@ def test_rl_seeds_stay_clear_of_expert_and_validation_seeds(tmp_path) -> None:
     assert all(1000 <= s < 1010 for s in seeds)
     with pytest.raises(ConfigError, match="first_seed"):
         load_config(overrides=["warm_start.expert=solver", "warm_start.num_episodes=600000"])
+
+
+def test_rft_imitates_only_the_successful_episodes(tmp_path) -> None:
+    trainer = _trainer(
+        tmp_path, "grpo", "algo.estimator=rft", "algo.num_mini_batches=1", "algo.kl_coef=0"
+    )
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    # the kept share is the success rate; every kept token is pushed up (advantage 1)
+    assert metrics["filter/keep_frac"] == pytest.approx(metrics["success_rate"])
+    if metrics["success_rate"] > 0:
+        assert metrics["advantage/advantage_mean"] == pytest.approx(1.0)
