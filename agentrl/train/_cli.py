@@ -240,7 +240,9 @@ def export(
 
 
 def plot(
-    runs: Annotated[list[Path], typer.Argument(help="Run directories (one line each).")],
+    runs: Annotated[
+        list[Path], typer.Argument(metavar="RUN_DIR", help="Run directories (one line each).")
+    ],
     out: Annotated[
         Path | None, typer.Option("--out", help="PNG file (default <first run>/curves.png).")
     ] = None,

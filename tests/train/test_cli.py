@@ -135,6 +135,11 @@ def test_plot_writes_png(trained_run, tmp_path) -> None:
     assert missing.exit_code == 2 and "metrics.jsonl" in missing.output
 
 
+def test_plot_usage_names_its_arguments() -> None:
+    usage = " ".join(runner.invoke(app, ["plot", "--help"]).output.split())
+    assert "agentrl plot [OPTIONS] {RUN_DIR}..." in usage and "{runs}" not in usage
+
+
 def test_eval_reports_success_rate(trained_run) -> None:
     result = runner.invoke(
         app,
