@@ -167,18 +167,22 @@ def describe_model_folder(path: str | Path) -> str:
         return f"{path} is not a folder"
     warm = path / WARM_START_DIR
     if (path / "config.yaml").is_file() and _is_run_dir(path):
-        steps = "its first checkpoint is written after `checkpoint.every` steps (and at the end)"
+        steps = "the first is written after `checkpoint.every` steps and at the end"
         if (warm / "config.json").is_file():
             return (
                 f"{path} is a run directory without a checkpoint yet ({steps}); its warm-start "
-                f"model is ready: use --model {warm}, or wait"
+                f"model is ready: use --model {warm}, or wait for a checkpoint"
             )
         if warm.is_dir():
             return (
                 f"{path} is a run directory still in its warm start (no model in {warm} yet, "
                 "no checkpoint); wait for the warm start to finish"
             )
-        return f"{path} is a run directory without a checkpoint yet ({steps}); wait for it"
+        start = (yaml.safe_load((path / "config.yaml").read_text()) or {}).get("model", {})
+        return (
+            f"{path} is a run directory without a checkpoint ({steps}, unless deleted since); "
+            f"wait for one, or evaluate the model it started from: --model {start.get('name')}"
+        )
     if (path / CHECKPOINT_DIR).is_dir():
         return f"{path}/{CHECKPOINT_DIR} holds no complete checkpoint (step-N folder) yet"
     names = sorted(p.name for p in path.iterdir())[:8]

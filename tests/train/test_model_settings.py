@@ -116,6 +116,11 @@ def test_eval_on_a_run_without_a_checkpoint_says_what_to_do(tmp_path: Path) -> N
     (run / "warm_start").mkdir()
     result = runner.invoke(app, ["eval", "--model", str(run)])
     assert result.exit_code == 2 and "still in its warm start" in result.output
+    shutil.rmtree(run / "warm_start")
+    result = runner.invoke(app, ["eval", "--model", str(run)])
+    assert result.exit_code == 2 and "the model it started from: --model tiny" in result.output
+    result = runner.invoke(app, ["export", str(tmp_path), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "it holds run" in result.output
 
 
 @pytest.fixture()
