@@ -53,6 +53,8 @@ def run_training(
 ) -> None:
     """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
     from agentrl._console import console, setup_logging
+    from agentrl.train.checkpoint import latest_checkpoint
+    from agentrl.train.metrics import METRICS_FILE
     from agentrl.train.trainer import Trainer
 
     setup_logging()
@@ -60,6 +62,11 @@ def run_training(
         log.info("run dir %s", run_dir)
     if cfg.warm_start.expert is not None:
         cfg = _with_warm_start(cfg, Path(run_dir))
+    if resume and latest_checkpoint(run_dir) is None:  # killed before RL's first checkpoint
+        log.info("no RL checkpoint in %s yet: RL starts at step 0", run_dir)
+        resume = False
+        if trainer_rank() == 0:  # lines of steps that will be taken again
+            (Path(run_dir) / METRICS_FILE).unlink(missing_ok=True)
     trainer = Trainer(cfg, run_dir, resume=resume, engine=engine)
     total = cfg.trainer.num_steps
     if trainer.rank != 0:  # a follower rank: same steps, no progress bar or log lines
