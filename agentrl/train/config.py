@@ -68,6 +68,11 @@ class TrainerConfig(_Section):
     """Training steps (rollout + update) in the run."""
     num_groups: int = Field(default=4, gt=0)
     """Initial states (env seeds) per step; each is rolled out `rollout.group_size` times."""
+    replay_mixed_frac: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Learnability curriculum: this share of each step's groups replays recent seeds whose
+    group had mixed outcomes (some episodes succeeded, some not: where the gradient is), each
+    once; the rest are fresh seeds, so rooms the policy already solves keep coming and are not
+    forgotten. 0: fresh seeds only."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

@@ -47,14 +47,15 @@ def fit_value_head(
     critic: nn.Module,
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]],
     *,
-    ridge: float = 1e-2,
+    ridge: float = 0.1,
 ) -> None:
     """Set the value head to the least-squares fit of `targets` on the backbone's features.
 
     `parts` holds `(input_ids, attention_mask, targets, mask)` micro-batches (`[b, t]` each):
     the value of token t (`token_values`) reads the feature of position t - 1, so the fit
-    regresses `targets[:, t]` on those features where `mask` is 1 (ridge `ridge`, bias not
-    penalised). A zero-initialised head otherwise needs hundreds of small Adam steps to reach
+    regresses `targets[:, t]` on those features where `mask` is 1 (ridge penalty `ridge` per
+    sample, so the head's weights stay small and later backbone updates cannot blow the values
+    up; bias not penalised). A zero-initialised head otherwise needs hundreds of small Adam steps to reach
     the scale of the returns; the fit starts the critic at the best linear read-out instead.
     """
     backbone = getattr(critic, critic.base_model_prefix)
@@ -69,7 +70,7 @@ def fit_value_head(
     x = torch.cat(feats)  # [N, d]
     y = torch.cat(ys)  # [N]
     x = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], dim=1)  # bias column
-    penalty = ridge * torch.eye(x.shape[1], dtype=x.dtype)
+    penalty = ridge * len(x) * torch.eye(x.shape[1], dtype=x.dtype)
     penalty[-1, -1] = 0.0
     solution = torch.linalg.solve(x.T @ x + penalty, x.T @ y)  # [d + 1]
     head.weight.copy_(solution[:-1].to(head.weight.dtype).unsqueeze(0))

@@ -258,6 +258,7 @@ class Trainer:
         trajs = result.trajectories
         self.save_trajectories(step, trajs)
         metrics = trajectory_stats(trajs) | result.metrics
+        self._update_replay(trajs)
         trainable = [t for t in trajs if t.status.trainable]
         if trainable:
             self.state = replace(
@@ -282,7 +283,11 @@ class Trainer:
             metrics |= filter_metrics
             num_train_tokens = int(batch.attention_mask.sum()) * algo.ppo_epochs
         else:
-            log.warning("step %d: no trajectory to train on (errors or none kept); no update", step)
+            log.warning(
+                "step %d: no trainable trajectory (all env/engine errors, or rft kept none); "
+                "no update",
+                step,
+            )
             num_train_tokens = 0
         unchanged = self._synced_step == self.state.step and not trainable
         self.state = replace(self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups)
@@ -317,7 +322,19 @@ class Trainer:
         n = self.cfg.trainer.num_groups
         first, stop = self.cfg.trainer.first_seed, self.cfg.eval.seed_offset
         base = self.cfg.seed * 7919 + (step - 1) * n
-        return [first + (base + i) % (stop - first) for i in range(n)]
+        num_replay = min(
+            round(self.cfg.trainer.replay_mixed_frac * n), len(self.state.replay_seeds)
+        )
+        fresh = [first + (base + i) % (stop - first) for i in range(n - num_replay)]
+        return self.state.replay_seeds[:num_replay] + fresh
+
+    def _update_replay(self, trajs: list[Trajectory]) -> None:
+        """Advance the curriculum's queue of seeds to replay (`trainer.replay_mixed_frac`)."""
+        if self.cfg.trainer.replay_mixed_frac:
+            queue = replay_queue(
+                self.state.replay_seeds, trajs, max_len=4 * self.cfg.trainer.num_groups
+            )
+            self.state = replace(self.state, replay_seeds=queue)
 
     def sampling(
         self, step: int, *, temperature: float | None = None, seed_salt: int = 0
@@ -820,6 +837,26 @@ def _scatter_rows(
         rows = part.row_index
         out[rows, : value.shape[1]] = value
     return out
+
+
+def replay_queue(queue: list[int], trajs: list[Trajectory], *, max_len: int) -> list[int]:
+    """The curriculum's queue after a rollout: the seeds just replayed leave it, the fresh
+    seeds whose group had mixed outcomes (some episodes succeeded, some not) join it at the
+    end, and only the newest `max_len` stay.
+
+    >>> from agentrl.trajectory.types import Trajectory, Turn
+    >>> def episode(seed, success):
+    ...     turn = Turn(1, "a", "stop", 0, info={"success": success})
+    ...     return Trajectory([], [turn], "env", seed, seed)
+    >>> replay_queue([7], [episode(7, True), episode(7, False), episode(3, True),
+    ...                    episode(3, False), episode(4, True), episode(4, True)], max_len=8)
+    [3]
+    """
+    by_seed: dict[int, list[bool]] = {}
+    for t in trajs:
+        by_seed.setdefault(t.seed, []).append(t.success)
+    mixed = [s for s, wins in by_seed.items() if s not in queue and 0 < sum(wins) < len(wins)]
+    return ([s for s in queue if s not in by_seed] + mixed)[-max_len:]
 
 
 def _welford(stats: list[float], values: list[float]) -> list[float]:

@@ -3,6 +3,8 @@ scored over the whole batch, rewards are normalised, RL seeds avoid the expert's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from trainer_envs import VowelCount
@@ -10,7 +12,8 @@ from trainer_envs import VowelCount
 from agentrl.algos.presets import load_preset, preset_algo_config
 from agentrl.config import ConfigError, load_config
 from agentrl.envs import register
-from agentrl.train.trainer import Trainer
+from agentrl.train.trainer import Trainer, replay_queue
+from agentrl.trajectory.types import Trajectory, Turn
 
 register("vowel-count", VowelCount)
 
@@ -112,3 +115,25 @@ def test_rft_imitates_only_the_successful_episodes(tmp_path) -> None:
     assert metrics["filter/keep_frac"] == pytest.approx(metrics["success_rate"])
     if metrics["success_rate"] > 0:
         assert metrics["advantage/advantage_mean"] == pytest.approx(1.0)
+
+
+def test_curriculum_replays_seeds_with_mixed_outcomes_once(tmp_path) -> None:
+    trainer = _trainer(tmp_path, "grpo", "trainer.replay_mixed_frac=0.5")
+    try:
+        fresh = trainer.train_seeds(1)
+        trainer.state = replace(trainer.state, replay_seeds=[11, 12, 13])
+        seeds = trainer.train_seeds(2)
+    finally:
+        trainer.close()
+    assert seeds[:2] == [11, 12]  # half of the 4 groups replay, oldest first
+    assert len(set(seeds)) == 4 and not set(seeds[2:]) & set(fresh)  # the rest are fresh
+
+    def episode(seed: int, success: bool) -> Trajectory:
+        return Trajectory([], [Turn(1, "a", "stop", 0, info={"success": success})], "e", seed, 0)
+
+    rollout = [episode(11, True), episode(11, False), episode(20, True), episode(20, False)]
+    rollout += [episode(21, False), episode(21, False), episode(22, True), episode(22, True)]
+    # 11 was replayed and leaves; 20 is mixed and joins; 21 (all failed) and 22 (all solved)
+    # carry no gradient signal in a group and do not
+    assert replay_queue([11, 12, 13], rollout, max_len=8) == [12, 13, 20]
+    assert replay_queue([11, 12, 13], rollout, max_len=2) == [13, 20]
