@@ -85,7 +85,8 @@ class AlgoConfig(BaseModel):
     critic_warmup_steps: int = Field(0, ge=0)
     """The first this many training steps fit only the critic on their rollouts; the policy
     does not move (so the critic's baseline is useful from the first policy update). The first
-    step starts the value head at the least-squares fit of its returns (local backend)."""
+    step starts the value head at the least-squares fit of its returns (local backend).
+    No effect without a critic (so an env's default holds under any preset)."""
     normalize_rewards: bool = False
     """Divide rewards by the running std of the episode returns seen so far (no shift), so
     the critic regresses targets of unit scale whatever the env's reward scale."""
@@ -109,11 +110,6 @@ class AlgoConfig(BaseModel):
     def _check_combinations(self) -> AlgoConfig:
         if self.estimator == "turn-gae" and self.reward_level != "turn":
             raise ValueError("estimator 'turn-gae' needs reward_level 'turn'")
-        if self.critic_warmup_steps and not self.use_critic:
-            raise ValueError(
-                f"critic_warmup_steps needs a critic estimator (gae, turn-gae), "
-                f"not {self.estimator!r}"
-            )
         return self
 
     @property

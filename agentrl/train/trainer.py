@@ -272,14 +272,14 @@ class Trainer:
             trainable = [t for t, k in zip(trainable, keep, strict=True) if k]
         if trainable:
             batch = to_batch(trainable, pad_id=self.pad_id)
-            if step == 1 and algo.critic_warmup_steps and self.critic is not None:
+            if step == 1 and self.critic_warmup_steps:
                 with timer("critic_fit"):
                     self.fit_value_head(batch)
             with timer("score"):
                 metrics |= self.score(batch)  # old_logp, ref_logp, old_values
             metrics |= self.advantages(batch)  # batch.advantages, batch.value_targets [B, T]
             with timer("update"):
-                metrics |= self.update(batch, train_policy=step > algo.critic_warmup_steps)
+                metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
             metrics |= filter_metrics
             num_train_tokens = int(batch.attention_mask.sum()) * algo.ppo_epochs
         else:
@@ -414,6 +414,11 @@ class Trainer:
         """Positions to score (`trained_positions`), or None (all) when the model's forward
         has no `logits_to_keep`."""
         return trained_positions(batch.loss_mask) if self._logits_to_keep else None
+
+    @property
+    def critic_warmup_steps(self) -> int:
+        """Steps that train only the critic (`algo.critic_warmup_steps`; 0 without a critic)."""
+        return self.cfg.algo.critic_warmup_steps if self.critic is not None else 0
 
     @property
     def single_update(self) -> bool:

@@ -137,3 +137,15 @@ def test_curriculum_replays_seeds_with_mixed_outcomes_once(tmp_path) -> None:
     # carry no gradient signal in a group and do not
     assert replay_queue([11, 12, 13], rollout, max_len=8) == [12, 13, 20]
     assert replay_queue([11, 12, 13], rollout, max_len=2) == [13, 20]
+
+
+def test_every_preset_resolves_with_the_sokoban_defaults() -> None:
+    from agentrl.algos.presets import list_presets
+    from agentrl.train._cli import resolve_train_config
+
+    for preset in list_presets():
+        cfg = resolve_train_config(
+            config_file=None, overrides=[], preset=preset, flags={"env.name": "sokoban"}
+        )
+        assert cfg.algo.clips and cfg.algo.loss_agg == "traj-mean-token-mean"
+        assert cfg.trainer.first_seed >= cfg.warm_start.num_episodes
