@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl.train.model_settings import write_run_settings
+
 CHECKPOINT_DIR = "checkpoints"
 _NAME = re.compile(r"^step-(\d+)$")
 
@@ -120,6 +122,7 @@ def save_checkpoint(
                 (tmp / part / name).unlink(missing_ok=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "policy" / "model")
+    write_run_settings(run_dir, tmp / "policy" / "model")  # eval reproduces the run's settings
     torch.save(rng_state(generator), tmp / "rng.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(asdict(state), indent=2))
     _fsync_dir(tmp)
