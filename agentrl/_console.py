@@ -20,8 +20,8 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 def console() -> Console:
     """The process's stderr Console (created on first use)."""
     global _CONSOLE
-    if _CONSOLE is None or _CONSOLE.file is not sys.stderr:  # pytest swaps sys.stderr
-        _CONSOLE = Console(stderr=True)
+    if _CONSOLE is None:
+        _CONSOLE = Console(stderr=True)  # writes to whatever sys.stderr is at the time
     return _CONSOLE
 
 

@@ -37,7 +37,7 @@ TRAJECTORIES_FILE = "expert_trajectories.parquet"
 RESULT_FILE = "sft_result.json"
 NLL_SAMPLE = 512
 """Rows the before/after NLL is measured on (a full pass would cost an epoch's third)."""
-EPISODE_CHUNK = 1024
+EPISODE_CHUNK = 256
 """Expert episodes held in memory at once while they are played and written."""
 
 

@@ -1,0 +1,84 @@
+"""Output of the commands: log lines above live bars, plain lines off a terminal, no
+third-party bars or DeepSpeed warning, and the first line names the output folder."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import agentrl._console as agentrl_console
+from agentrl.sft._progress import sft_progress
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_log_lines_print_above_live_bars(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.StringIO()
+    monkeypatch.setattr(agentrl_console, "_CONSOLE", Console(file=out, force_terminal=True))
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    agentrl_console.setup_logging()
+    with sft_progress() as (on_episode, _):
+        on_episode(1, 10)
+        logging.getLogger("agentrl.test").info("a log line")
+        on_episode(5, 10)
+    lines = out.getvalue().splitlines()
+    logged = [line for line in lines if "a log line" in line]
+    assert len(logged) == 1 and "expert episodes" not in logged[0]
+    assert any("expert episodes" in line for line in lines)
+
+
+def test_log_lines_are_plain_off_a_terminal() -> None:
+    done = _run(
+        "import logging\n"
+        "from agentrl._console import setup_logging\n"
+        "setup_logging()\n"
+        "logging.getLogger('agentrl').info('word ' * 40 + 'end')\n"
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()  # one line, not wrapped at 80 columns
+    assert line.endswith(" INFO " + "word " * 40 + "end")
+
+
+def test_saving_a_model_does_not_import_deepspeed(tmp_path: Path) -> None:
+    done = _run(
+        "import sys\n"
+        "from agentrl.config import TrainConfig\n"
+        "from agentrl.rollout.models import load_model, resolve_model\n"
+        "from agentrl.train.backend import make_backend\n"
+        "model = load_model(str(resolve_model('tiny')), dtype='float32')\n"
+        "backend = make_backend(TrainConfig(), model, lr=1e-3, num_optimizer_steps=1)\n"
+        f"backend.save({str(tmp_path)!r})\n"
+        "print('deepspeed' in sys.modules)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+def test_sft_output_names_its_folder_first_without_third_party_noise(tmp_path: Path) -> None:
+    out = tmp_path / "sft"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "sft", "--episodes", "4", "--epochs", "1"]
+        + ["--out", str(out)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"output folder {out}" in done.stderr.splitlines()[0]
+    for noise in ("Loading weights", "Writing model shards", "Setting accelerator", "it/s]"):
+        assert noise not in done.stderr
+    assert "expert episodes" in done.stderr  # the episodes bar's final state
