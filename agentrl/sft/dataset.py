@@ -2,8 +2,9 @@
 
 The default warm start trains on about a quarter of a million per-turn samples. Kept as
 `Trajectory` objects (Python lists of ints and floats) and padded into one `TrainBatch`, they
-held several GB; packed here they take 7 bytes per token (int32 id, int16 turn id, uint8 loss
-mask), and only the rows of the current mini-batch are ever padded.
+held several GB; packed here they take 5 bytes per token (a uint16 id when the vocabulary
+fits, else int32; an int16 turn id; a uint8 loss mask), and only the rows of the current
+mini-batch are ever padded.
 
 >>> from agentrl.trajectory.types import Sample, Trajectory
 >>> t = Trajectory([Sample([5, 6, 7], [0, 1, 1], [0.0] * 3, [-1, 0, 0])], [], "demo", 0, 0)
@@ -31,9 +32,11 @@ class TokenRows:
     `to_batch(trajectories).rows(rows)` (sampler logprobs are 0: expert ids have none).
     """
 
-    def __init__(self, pad_id: int) -> None:
+    def __init__(self, pad_id: int, *, vocab_size: int | None = None) -> None:
         self.pad_id = pad_id
-        self._ids: list[np.ndarray] = []  # chunks, joined by `freeze`
+        small = vocab_size is not None and vocab_size <= np.iinfo(np.uint16).max + 1
+        self._id_dtype = np.uint16 if small else np.int32
+        self._ids: list[np.ndarray] = []  # per sample, then per 4096 samples; see `_pack`
         self._turns: list[np.ndarray] = []
         self._loss: list[np.ndarray] = []
         self._lengths: list[int] = []
@@ -41,13 +44,17 @@ class TokenRows:
         self._group: list[int] = []
         self._returns: list[float] = []
         self._num_trajectories = 0
+        self._packed = 0  # samples of the lists above already packed into one array each
         self.ids = self.turn_ids = self.loss_mask = np.zeros(0)
         self.offsets = np.zeros(1, dtype=np.int64)
 
     @classmethod
-    def from_trajectories(cls, trajs: Iterable[Trajectory], *, pad_id: int) -> TokenRows:
-        """Pack `trajs` (an iterable: they need not all be in memory)."""
-        rows = cls(pad_id)
+    def from_trajectories(
+        cls, trajs: Iterable[Trajectory], *, pad_id: int, vocab_size: int | None = None
+    ) -> TokenRows:
+        """Pack `trajs` (an iterable: they need not all be in memory). Ids take 2 bytes when
+        `vocab_size` fits, else 4."""
+        rows = cls(pad_id, vocab_size=vocab_size)
         for traj in trajs:
             rows.add(traj)
         return rows.freeze()
@@ -76,26 +83,35 @@ class TokenRows:
         if not Status(status).trainable:
             return
         for token_ids, loss_mask, turn_ids in samples:
-            self._ids.append(np.asarray(token_ids, dtype=np.int32))
+            self._ids.append(np.asarray(token_ids, dtype=self._id_dtype))
             self._loss.append(np.asarray(loss_mask, dtype=np.uint8))
             self._turns.append(np.asarray(turn_ids, dtype=np.int16))
             self._lengths.append(len(token_ids))
             self._traj.append(traj_index)
             self._group.append(group_id)
             self._returns.append(total_reward)
-        if len(self._ids) >= 4096:  # join small arrays now: each costs ~100 bytes of header
-            self._join()
+        if len(self._ids) - self._packed >= 4096:
+            self._pack()
 
-    def _join(self) -> None:
+    def _pack(self) -> None:
+        """Join the per-sample arrays added since the last call into one array each (a small
+        array costs ~100 bytes of header, more than its ids)."""
         for parts in (self._ids, self._loss, self._turns):
-            joined = np.concatenate(parts) if parts else np.zeros(0)
-            parts[:] = [joined]
+            parts[self._packed :] = [np.concatenate(parts[self._packed :])]
+        self._packed = len(self._ids)
 
     def freeze(self) -> TokenRows:
-        """Finish adding: join the chunks into flat arrays; returns self."""
-        self._join()
-        self.ids, self.loss_mask, self.turn_ids = self._ids[0], self._loss[0], self._turns[0]
-        self._ids, self._loss, self._turns = [self.ids], [self.loss_mask], [self.turn_ids]
+        """Finish adding: join the packs into one flat array each; returns self."""
+        flat = []
+        for parts, dtype in (
+            (self._ids, self._id_dtype),
+            (self._loss, np.uint8),
+            (self._turns, np.int16),
+        ):
+            flat.append(np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
+            parts[:] = [flat[-1]]  # the packs are freed one array at a time
+        self.ids, self.loss_mask, self.turn_ids = flat
+        self._packed = len(self._ids)
         self.offsets = np.zeros(len(self._lengths) + 1, dtype=np.int64)
         np.cumsum(self._lengths, out=self.offsets[1:])
         self.traj_ids = torch.tensor(self._traj, dtype=torch.long)

@@ -147,7 +147,7 @@ def expert_rows(
     from agentrl.trajectory.io import read_metadata, write_parquet_chunks
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    rows, total = TokenRows(pad_id), cfg.num_episodes
+    rows, total = TokenRows(pad_id, vocab_size=len(tokenizer)), cfg.num_episodes
     settings = json.loads(json.dumps(expert_settings(cfg)))
     path = out_dir / TRAJECTORIES_FILE
     solved = 0
