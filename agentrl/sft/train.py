@@ -266,11 +266,11 @@ def run_sft(
         config=cfg.model_dump(mode="json"),
     )
     logger.truncate_after(state.step)
-    last_save = time.perf_counter()
+    last_save, worked_before = time.perf_counter(), state.elapsed_s  # by killed runs
 
     def save() -> None:
         nonlocal last_save
-        state.elapsed_s += time.perf_counter() - last_save
+        state.elapsed_s = worked_before + time.perf_counter() - start
         save_sft_checkpoint(out_dir, state, backend=backend, epoch_generator=generator)
         last_save = time.perf_counter()
 
@@ -322,7 +322,7 @@ def run_sft(
             seed=cfg.seed,
             history_turns=cfg.history_turns,
         )
-    result.wall_s = state.elapsed_s + time.perf_counter() - start
+    result.wall_s = worked_before + time.perf_counter() - start
     (out_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2) + "\n")
     remove_sft_checkpoint(out_dir)
     return result
