@@ -82,3 +82,16 @@ def test_sft_output_names_its_folder_first_without_third_party_noise(tmp_path: P
     for noise in ("Loading weights", "Writing model shards", "Setting accelerator", "it/s]"):
         assert noise not in done.stderr
     assert "expert episodes" in done.stderr  # the episodes bar's final state
+
+
+def test_progress_without_bars_logs_each_phase_end(caplog: pytest.LogCaptureFixture) -> None:
+    from agentrl.sft._progress import sft_log_progress
+
+    log = logging.getLogger("agentrl.test")
+    on_episode, on_step = sft_log_progress(log, every_s=3600)
+    with caplog.at_level(logging.INFO):
+        for done in range(1, 5):
+            on_episode(done, 4)
+        for step in range(1, 4):
+            on_step(step, 3, {"sft/nll": 0.5})
+    assert caplog.messages == ["expert episodes 4/4", "sft step 3/3 nll 0.500"]

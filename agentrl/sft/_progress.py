@@ -3,6 +3,8 @@ the expert episodes as they are played (or read back), then one for the optimize
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -44,3 +46,25 @@ def sft_progress(step_label: str = "sft") -> Iterator[tuple[OnEpisode, OnStep]]:
             bar.update(steps[0], completed=step, total=total, info=info)
 
         yield on_episode, on_step
+
+
+def sft_log_progress(log: logging.Logger, every_s: float = 30.0) -> tuple[OnEpisode, OnStep]:
+    """`(on_episode, on_step)` that log a line at most every `every_s` seconds (and at the
+    end of each phase): the progress of a run without bars (`logging.progress=false`)."""
+    last = [time.monotonic()]
+
+    def due(done: int, total: int) -> bool:
+        if done < total and time.monotonic() - last[0] < every_s:
+            return False
+        last[0] = time.monotonic()
+        return True
+
+    def on_episode(done: int, total: int) -> None:
+        if due(done, total):
+            log.info("expert episodes %d/%d", done, total)
+
+    def on_step(step: int, total: int, metrics: dict[str, float]) -> None:
+        if due(step, total):
+            log.info("sft step %d/%d nll %.3f", step, total, metrics["sft/nll"])
+
+    return on_episode, on_step

@@ -63,7 +63,10 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
         out,
     )
     if not progress:
-        result = run_sft(sft_cfg, out)
+        from agentrl.sft._progress import sft_log_progress
+
+        on_episode, on_step = sft_log_progress(log)
+        result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=on_step)
     else:
         from agentrl.sft._progress import sft_progress
 
