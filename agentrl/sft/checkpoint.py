@@ -70,11 +70,8 @@ def find_sft_checkpoint(out_dir: Path) -> Path | None:
     return None
 
 
-def load_sft_checkpoint(
-    path: Path, config: dict[str, Any], *, backend: Any, generator: torch.Generator
-) -> SFTState:
-    """Restore model, optimizer, scheduler and RNG from `path` (`generator` to the start of
-    the checkpoint's epoch); raise ValueError if it was trained with other settings."""
+def check_sft_checkpoint(path: Path, config: dict[str, Any]) -> SFTState:
+    """The state of checkpoint `path`; ValueError if it was trained with other settings."""
     state = SFTState(**json.loads((Path(path) / STATE_FILE).read_text()))
     changed = sorted(
         k
@@ -87,6 +84,15 @@ def load_sft_checkpoint(
             f"{path} was trained with other settings ({diffs}); resume with the same settings "
             "or delete the folder to start over"
         )
+    return state
+
+
+def load_sft_checkpoint(
+    path: Path, config: dict[str, Any], *, backend: Any, generator: torch.Generator
+) -> SFTState:
+    """Restore model, optimizer, scheduler and RNG from `path` (`generator` to the start of
+    the checkpoint's epoch); raise ValueError if it was trained with other settings."""
+    state = check_sft_checkpoint(path, config)
     backend.load(path)
     set_rng_state(torch.load(Path(path) / "rng.pt", weights_only=False), generator)
     return state

@@ -219,6 +219,7 @@ def run_sft(
     from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
     from agentrl.sft.checkpoint import (
         SFTState,
+        check_sft_checkpoint,
         find_sft_checkpoint,
         load_sft_checkpoint,
         remove_sft_checkpoint,
@@ -237,6 +238,9 @@ def run_sft(
             f"eval_seed_offset={cfg.eval_seed_offset}); lower first_seed or num_episodes"
         )
     out_dir = Path(out_dir)
+    found = find_sft_checkpoint(out_dir)
+    if found is not None:  # refuse other settings before anything is overwritten
+        check_sft_checkpoint(found, cfg.model_dump(mode="json"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sft_config.yaml").write_text(dump_config(cfg))
     if cfg.num_threads:
@@ -253,7 +257,6 @@ def run_sft(
     sample = rows.batch(range(min(rows.num_rows, NLL_SAMPLE)))
     generator = torch.Generator().manual_seed(cfg.seed)
     state = SFTState(config=cfg.model_dump(mode="json"))
-    found = find_sft_checkpoint(out_dir)
     if found is not None:
         state = load_sft_checkpoint(found, state.config, backend=backend, generator=generator)
         log.info("resumed SFT from %s (step %d of %d)", found, state.step, total_steps)

@@ -123,8 +123,12 @@ def test_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
     cfg = _small(num_epochs=2)
     with pytest.raises(_Crash):
         run_sft(cfg, tmp_path, on_step=_crash_at(3))
+    written = (tmp_path / TRAJECTORIES_FILE).stat().st_mtime_ns
     with pytest.raises(ValueError, match=r"batch_size: 4 -> 2"):
         run_sft(cfg.model_copy(update={"batch_size": 2}), tmp_path)
+    with pytest.raises(ValueError, match=r"num_episodes: 8 -> 9"):  # refused before playing
+        run_sft(cfg.model_copy(update={"num_episodes": 9}), tmp_path)
+    assert (tmp_path / TRAJECTORIES_FILE).stat().st_mtime_ns == written
 
 
 def test_episodes_are_played_again_when_their_settings_changed(tmp_path: Path) -> None:
