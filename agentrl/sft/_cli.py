@@ -115,13 +115,18 @@ def sft(
     if resume is None and out.exists() and any(out.iterdir()):
         _fail(f"--out {out} exists and is not empty (continue a killed run with --resume {out})")
 
-    from agentrl._console import setup_logging
-    from agentrl.sft._progress import sft_progress
+    from contextlib import nullcontext
+
+    from agentrl._console import console, setup_logging
+    from agentrl.sft._progress import sft_log_progress, sft_progress
     from agentrl.sft.train import run_sft
 
     setup_logging()
-    logging.getLogger("agentrl").info("output folder %s", out)
-    with sft_progress() as (on_episode, on_step):
+    log = logging.getLogger("agentrl.sft")
+    log.info("output folder %s", out)
+    # bars on a terminal; a file gets a log line every 30 s instead
+    bars = sft_progress() if console().is_terminal else nullcontext(sft_log_progress(log))
+    with bars as (on_episode, on_step):
         try:
             result = run_sft(cfg, out, on_step=on_step, on_episode=on_episode)
         except (NoExpertError, ValueError) as e:

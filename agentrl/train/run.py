@@ -24,6 +24,14 @@ def _progress(console: Console) -> Progress:
     )
 
 
+def live_bars(cfg: Any) -> bool:
+    """Progress bars when asked for and stderr is a terminal; else a log line per step (a
+    bar drawn to a file would show only at the end)."""
+    from agentrl._console import console
+
+    return bool(cfg.logging.progress) and console().is_terminal
+
+
 def trainer_rank() -> int:
     """This process's rank (0 without torch.distributed)."""
     from agentrl.train._ranks import world_size
@@ -41,7 +49,7 @@ def _with_warm_start(cfg: Any, run_dir: Path) -> Any:
     from agentrl.train.warm_start import WARM_START_DIR, warm_start
 
     if trainer_rank() == 0:
-        warm_start(cfg, run_dir, progress=cfg.logging.progress)
+        warm_start(cfg, run_dir, progress=live_bars(cfg))
     barrier()
     cfg = cfg.model_copy(deep=True)
     cfg.model.name = str((run_dir / WARM_START_DIR).resolve())
@@ -80,7 +88,7 @@ def run_training(
         log.info("resumed from %s (step %d)", trainer.resumed_from, trainer.state.step)
     log.info("%d steps of %s on %s", total, cfg.model.name, cfg.env.name)
     try:
-        if cfg.logging.progress:
+        if live_bars(cfg):
             with _progress(console()) as bar:
                 task = bar.add_task(
                     "train", total=total, completed=trainer.state.step, reward="-", success="-"
