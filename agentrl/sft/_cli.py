@@ -125,7 +125,10 @@ def sft(
     log = logging.getLogger("agentrl.sft")
     log.info("output folder %s", out)
     # bars on a terminal; a file gets a log line every 30 s instead
-    bars = sft_progress() if console().is_terminal else nullcontext(sft_log_progress(log))
+    if console().is_terminal:
+        bars = sft_progress(cfg.num_episodes)
+    else:
+        bars = nullcontext(sft_log_progress(log))
     with bars as (on_episode, on_step):
         try:
             result = run_sft(cfg, out, on_step=on_step, on_episode=on_episode)

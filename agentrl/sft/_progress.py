@@ -17,7 +17,9 @@ OnStep = Callable[[int, int, dict[str, float]], None]
 
 
 @contextmanager
-def sft_progress(step_label: str = "sft") -> Iterator[tuple[OnEpisode, OnStep]]:
+def sft_progress(
+    num_episodes: int | None = None, step_label: str = "sft"
+) -> Iterator[tuple[OnEpisode, OnStep]]:
     """Live bars on the shared stderr console; yields `(on_episode, on_step)` for `run_sft`.
 
     The steps bar appears with the first step (the expert episodes come first), and picks up
@@ -32,7 +34,7 @@ def sft_progress(step_label: str = "sft") -> Iterator[tuple[OnEpisode, OnStep]]:
         TimeRemainingColumn(),
         console=console(),
     ) as bar:
-        episodes = bar.add_task("expert episodes", total=None, info="")
+        episodes = bar.add_task("expert episodes", total=num_episodes, info="")
         steps: list[int] = []  # the steps task, once there is one
 
         def on_episode(done: int, total: int) -> None:

@@ -70,7 +70,7 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
     else:
         from agentrl.sft._progress import sft_progress
 
-        with sft_progress("warm start SFT") as (on_episode, on_step):
+        with sft_progress(ws.num_episodes, "warm start SFT") as (on_episode, on_step):
             result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=on_step)
     log.info(
         "warm start done in %.0f s: expert NLL %.3f -> %.3f, token accuracy %.3f",
