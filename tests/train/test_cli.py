@@ -38,6 +38,8 @@ def trained_run(tmp_path_factory):
             "trainer.num_groups=2",
             "--set",
             "rollout.group_size=4",
+            "--set",
+            "algo.critic_warmup_steps=0",  # both steps update the policy (actor/* metrics)
             "--run-dir",
             str(run_dir),
         ],
