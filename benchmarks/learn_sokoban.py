@@ -48,6 +48,7 @@ SEED_OFFSET = 1_000_000
 VARIANTS: dict[str, tuple[str | None, list[str]]] = {
     # name: (preset, overrides); preset None is the env's own (StarPO-S for Sokoban)
     "rl": (None, []),
+    "rl-turn": (None, ["algo.estimator=turn-gae", "algo.reward_level=turn"]),
     "rl-grpo": ("grpo", ["algo.reward_level=turn", "algo.kl_coef=0"]),
     "rft": (
         "grpo",

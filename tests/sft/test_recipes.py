@@ -34,3 +34,14 @@ def test_gpu_recipes_mirror_ragen(path: Path) -> None:
     assert cfg.env.kwargs["max_actions_per_turn"] == 5 and cfg.env.kwargs["max_actions"] == 10
     assert cfg.engine.name == "vllm" and cfg.trainer.backend in ("fsdp2", "deepspeed")
     assert cfg.algo.filter_keep_ratio == 0.25 and cfg.algo.kl_coef == 0.0  # StarPO-S
+
+
+def test_the_sokoban_recipe_spells_out_the_cpu_default() -> None:
+    from agentrl.train._cli import resolve_train_config
+
+    default = resolve_train_config(
+        config_file=None, overrides=[], preset=None, flags={"env.name": "sokoban"}
+    )
+    recipe = load_config(EXAMPLES / "sokoban.yaml")
+    for section in ("algo", "rollout", "trainer", "warm_start", "optim", "model", "env"):
+        assert getattr(recipe, section) == getattr(default, section), section
