@@ -602,7 +602,8 @@ class Trainer:
             "clip_frac_high", 0.0
         )
         metrics["actor/kl"] = mean.get("approx_kl", 0.0)
-        metrics["actor/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        if grad_norms:  # none in the critic's warm-up (the collapse check then skips it)
+            metrics["actor/grad_norm"] = float(np.mean(grad_norms))
         metrics["actor/updated"] = float(train_policy)
         metrics["actor/lr"] = self.policy.lr if hasattr(self.policy, "lr") else self.cfg.optim.lr
         if critic_grad_norms:
