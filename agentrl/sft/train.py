@@ -29,6 +29,7 @@ import torch
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.dataset import TokenRows
 from agentrl.train.batch import TrainBatch, micro_batches
+from agentrl.train.model_settings import write_model_settings
 from agentrl.trajectory.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -302,6 +303,7 @@ def run_sft(
     final_nll, final_accuracy = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
     backend.save_model(out_dir)
     tokenizer.save_pretrained(out_dir)
+    write_model_settings(out_dir, cfg)  # agentrl eval --model OUT reproduces these settings
     result = SFTResult(
         model_dir=str(out_dir),
         num_trajectories=rows.num_trajectories,

@@ -12,6 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agentrl.train.model_settings import write_model_settings
+
 log = logging.getLogger("agentrl.train")
 
 WARM_START_DIR = "warm_start"
@@ -72,6 +74,7 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
 
         with sft_progress(ws.num_episodes, "warm start SFT") as (on_episode, on_step):
             result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=on_step)
+    write_model_settings(out, cfg)  # the run's settings (16 new tokens, its turns), not SFT's
     log.info(
         "warm start done in %.0f s: expert NLL %.3f -> %.3f, token accuracy %.3f",
         result.wall_s,
