@@ -56,6 +56,10 @@ COMMON = [
     "algo.ppo_epochs=2",  # scoring (old logp) runs sharded too
     "--set",
     "algo.entropy_coef=0.01",  # a gradient even when all rewards of the group agree
+    "--set",
+    "algo.critic_warmup_steps=0",  # both steps move the policy
+    "--set",
+    "algo.num_mini_batches=1",  # with 4 the grad norms drift 0.35% apart (notes/issue-14-...)
 ]
 
 
