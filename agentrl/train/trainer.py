@@ -496,15 +496,12 @@ class Trainer:
         `batch.value_targets` (critic targets, or None); return the advantage metrics and the
         critic's explained variance over the whole batch (rollout-time values)."""
         metrics: dict[str, float] = {}
-        turn_rewards = batch.turn_rewards
         if self.cfg.algo.normalize_rewards:
-            scale = _running_std(self.state.return_stats)
-            turn_rewards = turn_rewards / scale
-            metrics["reward/norm_scale"] = scale
+            metrics["reward/norm_scale"] = _running_std(self.state.return_stats)
         result = compute_advantages(
             self.cfg.algo,
             loss_mask=batch.loss_mask,
-            turn_rewards=turn_rewards,
+            turn_rewards=self._turn_rewards(batch),
             turn_ids=batch.turn_ids,
             group_ids=batch.group_ids,
             traj_ids=batch.traj_ids,
@@ -520,6 +517,13 @@ class Trainer:
             )
         return metrics
 
+    def _turn_rewards(self, batch: TrainBatch) -> torch.Tensor:
+        """The batch's turn rewards `[B, K]`, divided by the running std of episode returns
+        when `algo.normalize_rewards`."""
+        if not self.cfg.algo.normalize_rewards:
+            return batch.turn_rewards
+        return batch.turn_rewards / _running_std(self.state.return_stats)
+
     def fit_value_head(self, batch: TrainBatch) -> None:
         """Start the critic at the least-squares fit of its value head to this batch's
         Monte-Carlo returns (the first step of `algo.critic_warmup_steps`; local backend only:
@@ -530,20 +534,16 @@ class Trainer:
         mc = self.cfg.algo.model_copy(
             update={"lam": 1.0, "turn_lam": 1.0, "whiten_advantages": False}
         )
-        turn_rewards = batch.turn_rewards
-        if mc.normalize_rewards:
-            turn_rewards = turn_rewards / _running_std(self.state.return_stats)
         targets = compute_advantages(
             mc,
             loss_mask=batch.loss_mask,
-            turn_rewards=turn_rewards,
+            turn_rewards=self._turn_rewards(batch),
             turn_ids=batch.turn_ids,
             group_ids=batch.group_ids,
             traj_ids=batch.traj_ids,
             values=torch.zeros_like(batch.loss_mask),
         ).value_targets
-        batch.row_index = torch.arange(batch.num_rows)
-        parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)
+        parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)  # row_index: to_batch's
         device = self.critic.device
         fit_value_head(
             self.critic.model,
