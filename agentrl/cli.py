@@ -3,6 +3,10 @@ libraries (torch, transformers, vllm, ray, docker) are imported inside the comma
 
 from __future__ import annotations
 
+import signal
+import sys
+from types import FrameType
+
 import typer
 
 from agentrl.envs._cli import envs_app, play
@@ -37,8 +41,16 @@ def _root() -> None:
     quiet_third_party()
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (`kill`, a scheduler's stop) unwinds like Ctrl-C: `finally` blocks and exit
+    hooks run, so engine subprocesses (vLLM's EngineCore) and sandboxes are shut down
+    instead of left running."""
+    sys.exit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     app()
 
 
