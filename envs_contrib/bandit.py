@@ -7,7 +7,10 @@ one "Dragon" (RAGEN's setting). The reversed variant (`bandit-reversed`) swaps t
 policy that only learned "pick the Dragon" fails; it tests whether the model reasons from the
 rewards rather than from the names. Which arm is listed first is random per episode.
 One turn: the model answers `<answer>Dragon</answer>`. Success = picked the arm with the
-higher mean.
+higher mean. With `name_fallback=True` an answer without the tag counts as the arm it names
+last (`I pick the dragon.` pulls Dragon), as the math env's `last_number_fallback` does for
+numbers: a small chat model rarely writes the tag at first, and this separates choosing the
+arm from following the format.
 
 >>> env = BanditEnv()
 >>> obs, info = env.reset(seed=0)
@@ -17,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,6 +35,10 @@ _PROMPT = (
     "choose the arm more likely to give a higher reward on average.\n"
     "Answer <answer>{a}</answer> or <answer>{b}</answer>."
 )
+
+
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\b{re.escape(name)}\b", re.IGNORECASE)
 
 
 class BanditEnv(TokenEnv):
@@ -51,6 +59,7 @@ class BanditEnv(TokenEnv):
         hi_arm_hiscore: float = 1.0,
         hi_arm_hiscore_prob: float = 0.25,
         invalid_penalty: float = 0.0,
+        name_fallback: bool = False,
     ) -> None:
         """Configure the arms (defaults are RAGEN's).
 
@@ -63,6 +72,8 @@ class BanditEnv(TokenEnv):
             hi_arm_hiscore: the risky arm's rare reward.
             hi_arm_hiscore_prob: probability of the rare reward.
             invalid_penalty: reward when the answer names neither arm (RAGEN: 0).
+            name_fallback: without an `<answer>` tag, take the arm named last in the text
+                (RAGEN: off; the tag is then required).
         """
         super().__init__()
         if lo_arm_name.strip().lower() == hi_arm_name.strip().lower():
@@ -75,6 +86,7 @@ class BanditEnv(TokenEnv):
         self.hi_arm_hiscore = float(hi_arm_hiscore)
         self.hi_arm_hiscore_prob = float(hi_arm_hiscore_prob)
         self.invalid_penalty = float(invalid_penalty)
+        self.name_fallback = bool(name_fallback)
 
     @property
     def hi_arm_mean(self) -> float:
@@ -105,11 +117,7 @@ class BanditEnv(TokenEnv):
         if self._done:
             return "The episode is over; call reset().", 0.0, True, False, {"success": False}
         self._done = True
-        answer = parse_answer(action)
-        chosen = None
-        if answer is not None:
-            key = answer.strip().strip(".").lower()
-            chosen = {a.lower(): a for a in self.arms}.get(key)
+        chosen = self._chosen_arm(action)
         if chosen is None:
             text = f"Invalid answer. Choose {self.arms[0]} or {self.arms[1]}."
             return text, self.invalid_penalty, True, False, {"success": False, "valid": False}
@@ -121,6 +129,16 @@ class BanditEnv(TokenEnv):
             reward = self.hi_arm_loscore
         info = {"success": chosen == self.best_arm, "valid": True, "arm": chosen}
         return f"{chosen}: {reward:g} points", float(reward), True, False, info
+
+    def _chosen_arm(self, action: str) -> str | None:
+        """The arm the answer names, or None."""
+        answer = parse_answer(action)
+        if answer is not None:
+            return {a.lower(): a for a in self.arms}.get(answer.strip().strip(".").lower())
+        if not self.name_fallback:
+            return None
+        found = {m.start(): a for a in self.arms for m in _word(a).finditer(action)}
+        return found[max(found)] if found else None
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """One of the two arm names."""

@@ -51,3 +51,16 @@ def test_invalid_answer_ends_with_penalty() -> None:
 def test_check_env() -> None:
     assert check_env(BanditEnv).ok
     assert check_env(ReversedBanditEnv).ok
+
+
+def test_name_fallback_takes_the_arm_named_last_and_only_when_asked() -> None:
+    strict, lenient = BanditEnv(), BanditEnv(name_fallback=True)
+    for env in (strict, lenient):
+        env.reset(seed=0)
+    assert strict.step("The phoenix? No, I pick the Dragon.")[4]["valid"] is False
+    info = lenient.step("The phoenix? No, I pick the Dragon.")[4]
+    assert (info["valid"], info["arm"], info["success"]) == (True, "Dragon", True)
+    lenient.reset(seed=0)
+    assert lenient.step("Dragonfly or phoenixes")[4]["valid"] is False  # whole words only
+    lenient.reset(seed=0)
+    assert lenient.step("dragon <answer>Phoenix</answer>")[4]["arm"] == "Phoenix"  # tag first
