@@ -36,7 +36,8 @@ class Backend(Protocol):
         ...
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
-        """Full (unsharded) weights on CPU, with Hugging Face names, for the engines.
+        """Full (unsharded) weights on CPU, with Hugging Face names (LoRA merged in), for the
+        engines.
 
         Every rank must call it; ranks other than 0 may receive an empty dict."""
         ...
@@ -46,11 +47,12 @@ class Backend(Protocol):
         ...
 
     def save(self, path: Path) -> None:
-        """Write model (Hugging Face format), optimizer and scheduler state under `path`."""
+        """Write model (Hugging Face format under `path/model`, LoRA merged; the adapter
+        alone under `path/adapter`), optimizer and scheduler state under `path`."""
         ...
 
     def load(self, path: Path) -> None:
-        """Restore what `save` wrote."""
+        """Restore what `save` wrote (with LoRA, the adapter: the base weights stay)."""
         ...
 
 
@@ -73,9 +75,14 @@ def make_backend(
 
     `cfg` is the root `TrainConfig`. `fsdp2` and `deepspeed` live in their own modules, each
     exposing `make_backend(cfg, model, *, lr, num_optimizer_steps)` with this signature; they
-    are imported only when selected. `role` is `policy` or `critic` (LoRA, when enabled,
-    applies to the policy only).
+    are imported only when selected. `role` is `policy` or `critic`: with `trainer.lora`
+    enabled, the policy gets LoRA adapters here, before any backend wraps it, and every
+    backend trains only them.
     """
+    if role == "policy" and cfg.trainer.lora.enabled:
+        from agentrl.train.lora import apply_lora
+
+        model = apply_lora(model, cfg.trainer.lora, base_model=cfg.model.name)
     name = cfg.trainer.backend
     if name == "local":
         from agentrl.train.local import LocalBackend
@@ -84,7 +91,6 @@ def make_backend(
             model,
             optim=cfg.optim,
             trainer=cfg.trainer,
-            lora=cfg.trainer.lora if role == "policy" and cfg.trainer.lora.enabled else None,
             lr=lr,
             num_optimizer_steps=num_optimizer_steps,
             device=resolve_device(cfg.trainer.device),

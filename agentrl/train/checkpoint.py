@@ -1,7 +1,8 @@
 """Checkpoints under `<run>/checkpoints/step-NNNNNN`, written atomically, last k kept.
 
 A checkpoint holds the policy (Hugging Face format under `policy/model`, with the tokenizer,
-so `agentrl export` and `from_pretrained` load it unchanged), optimizer and scheduler states,
+so `agentrl export` and `from_pretrained` load it unchanged; with LoRA merged, and the
+adapter alone under `policy/adapter`), optimizer and scheduler states,
 the critic when there is one, the RNG states (python, numpy, torch) and `trainer_state.json`
 (step, env seed cursor, weight version).
 """
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl.train.lora import ADAPTER_DIR
 from agentrl.train.model_settings import write_run_settings
 
 CHECKPOINT_DIR = "checkpoints"
@@ -123,6 +125,8 @@ def save_checkpoint(
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "policy" / "model")
     write_run_settings(run_dir, tmp / "policy" / "model")  # eval reproduces the run's settings
+    if (tmp / "policy" / ADAPTER_DIR).is_dir():  # LoRA: `agentrl eval --model .../adapter`
+        write_run_settings(run_dir, tmp / "policy" / ADAPTER_DIR)
     torch.save(rng_state(generator), tmp / "rng.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(asdict(state), indent=2))
     _fsync_dir(tmp)

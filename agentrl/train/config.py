@@ -45,10 +45,13 @@ class OptimConfig(_Section):
 
 
 class LoraConfig(_Section):
-    """Low-rank adapters through `peft` (installed separately: `pip install agentrl[peft]`)."""
+    """Low-rank adapters through `peft` (installed separately: `pip install agentrl[peft]`),
+    on every backend. The engines get the merged weights; checkpoints keep the adapter alone
+    under `policy/adapter` (peft format), which `agentrl eval --model` and `agentrl export`
+    load over the base model."""
 
     enabled: bool = False
-    """Train LoRA adapters instead of all weights."""
+    """Train LoRA adapters on the policy instead of all its weights (a critic trains fully)."""
     r: int = Field(default=16, gt=0)
     """Adapter rank."""
     alpha: int = Field(default=32, gt=0)
@@ -58,7 +61,7 @@ class LoraConfig(_Section):
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
     )
-    """Module names that get adapters."""
+    """Names of the `nn.Linear` modules that get adapters."""
 
 
 class TrainerConfig(_Section):

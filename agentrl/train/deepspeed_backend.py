@@ -24,15 +24,14 @@ import torch.distributed as dist
 from torch import nn
 
 from agentrl.train._dist import (
-    MODEL_DIR,
     comm_backend,
     default_mixed_precision,
     enable_gradient_checkpointing,
     init_process_group,
     pick_device,
-    save_hf,
 )
 from agentrl.train.fsdp2 import _rank_device
+from agentrl.train.lora import hf_weights, lora_scaling, save_weights
 from agentrl.train.optim import build_optimizer, build_scheduler
 
 if TYPE_CHECKING:
@@ -48,8 +47,6 @@ def make_backend(
 ) -> DeepSpeedBackend:
     """`DeepSpeedBackend` from the root `TrainConfig` (the factory `agentrl.train.backend`
     calls)."""
-    if cfg.trainer.lora.enabled:
-        raise ValueError("trainer.lora is supported by the local backend only, not by deepspeed")
     device = pick_device(cfg.trainer.device)
     return DeepSpeedBackend(
         model,
@@ -88,7 +85,8 @@ def deepspeed_config(
 class DeepSpeedBackend:
     """A Hugging Face causal LM under a DeepSpeed ZeRO-2/3 engine, with AdamW and a schedule.
 
-    `model` is the DeepSpeed engine, called like the plain model.
+    `model` is the DeepSpeed engine, called like the plain model. A model that
+    `agentrl.train.lora.apply_lora` wrapped trains its adapters only.
     """
 
     def __init__(
@@ -118,6 +116,8 @@ class DeepSpeedBackend:
         self.rank, self.world_size = init_process_group(self.device)
         deepspeed.init_distributed(dist_backend=comm_backend(self.device))
         self.zero_stage = zero_stage
+        self.lora_scaling = lora_scaling(model)
+        """`alpha / r` of the LoRA adapters; None when all weights train."""
 
         model = model.to(device=self.device, dtype=torch.float32)
         model.train()
@@ -150,7 +150,12 @@ class DeepSpeedBackend:
         return float(norm) if norm is not None else float("nan")
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
-        """Every rank must call this; rank 0 gets all weights on CPU, the others `{}`.
+        """Every rank must call this; rank 0 gets all weights on CPU (Hugging Face names,
+        LoRA merged in), the others `{}`."""
+        return hf_weights(self._gather(), self.lora_scaling)
+
+    def _gather(self) -> dict[str, torch.Tensor]:
+        """The model's own full state dict on rank 0's CPU (peft names under LoRA).
 
         ZeRO-3 parameters are gathered one module at a time, so peak memory stays at the
         full model on rank 0 plus one module's parameters on every rank."""
@@ -187,12 +192,13 @@ class DeepSpeedBackend:
         return out.to(value.device)
 
     def save(self, path: Path) -> None:
-        """Collective: rank 0 writes the Hugging Face model; all ranks write DeepSpeed's own
-        checkpoint (partitioned optimizer state, scheduler) under `path/deepspeed`."""
+        """Collective: rank 0 writes the Hugging Face model (and the LoRA adapter); all ranks
+        write DeepSpeed's own checkpoint (partitioned optimizer state, scheduler; the
+        weights a resume loads, adapter included) under `path/deepspeed`."""
         path = Path(path)
-        full = self.full_state_dict()
+        full = self._gather()
         if self.rank == 0:
-            save_hf(self.engine.module, full, path / MODEL_DIR)
+            save_weights(self.engine.module, full, path, self.lora_scaling)
             (path / STATE_FILE).write_text(json.dumps({"num_steps": self.num_steps}))
         del full
         dist.barrier()

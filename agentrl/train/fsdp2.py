@@ -28,8 +28,8 @@ from agentrl.train._dist import (
     init_process_group,
     load_hf_weights,
     pick_device,
-    save_hf,
 )
+from agentrl.train.lora import ADAPTER_DIR, hf_weights, lora_scaling, read_adapter, save_weights
 from agentrl.train.optim import build_optimizer, build_scheduler
 
 if TYPE_CHECKING:
@@ -44,8 +44,6 @@ def make_backend(
     cfg: Any, model: nn.Module, *, lr: float, num_optimizer_steps: int
 ) -> FSDP2Backend:
     """`FSDP2Backend` from the root `TrainConfig` (the factory `agentrl.train.backend` calls)."""
-    if cfg.trainer.lora.enabled:
-        raise ValueError("trainer.lora is supported by the local backend only, not by fsdp2")
     device = pick_device(cfg.trainer.device)
     return FSDP2Backend(
         model,
@@ -62,7 +60,8 @@ class FSDP2Backend:
     """A Hugging Face causal LM sharded with FSDP2, with AdamW and an LR schedule.
 
     Every rank constructs it with the same (identically initialised) model; parameters are
-    sharded in place. `model` is then called like the plain model.
+    sharded in place. `model` is then called like the plain model. A model that
+    `agentrl.train.lora.apply_lora` wrapped trains its adapters only.
     """
 
     def __init__(
@@ -90,6 +89,8 @@ class FSDP2Backend:
         self.device = pick_device() if device is None else _rank_device(device)
         self.rank, self.world_size = init_process_group(self.device)
         self.max_grad_norm = optim.max_grad_norm
+        self.lora_scaling = lora_scaling(model)
+        """`alpha / r` of the LoRA adapters; None when all weights train."""
 
         model = model.to(device=self.device, dtype=torch.float32)
         model.train()
@@ -131,7 +132,12 @@ class FSDP2Backend:
         return float(norm)
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
-        """Every rank must call this; rank 0 gets all weights on CPU, the others `{}`."""
+        """Every rank must call this; rank 0 gets all weights on CPU (Hugging Face names,
+        LoRA merged in), the others `{}`."""
+        return hf_weights(self._gather(), self.lora_scaling)
+
+    def _gather(self) -> dict[str, torch.Tensor]:
+        """The model's own full state dict on rank 0's CPU (peft names under LoRA)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -144,8 +150,9 @@ class FSDP2Backend:
         return out.to(value.device)
 
     def save(self, path: Path) -> None:
-        """Collective: rank 0 writes the Hugging Face model; all ranks write optimizer shards
-        (torch.distributed.checkpoint) so any world size can load them."""
+        """Collective: rank 0 writes the Hugging Face model (and the LoRA adapter); all ranks
+        write optimizer shards (torch.distributed.checkpoint) so any world size can load
+        them."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -153,9 +160,9 @@ class FSDP2Backend:
         )
 
         path = Path(path)
-        full = self.full_state_dict()
+        full = self._gather()
         if self.rank == 0:
-            save_hf(self.model, full, path / MODEL_DIR)
+            save_weights(self.model, full, path, self.lora_scaling)
             state = {"num_steps": self.num_steps, "scheduler": self.scheduler.state_dict()}
             (path / STATE_FILE).write_text(json.dumps(state))
         del full
@@ -169,9 +176,10 @@ class FSDP2Backend:
         return float(self.scheduler.get_last_lr()[0])
 
     def load(self, path: Path, *, with_optimizer: bool = True) -> None:
-        """Collective: restore weights (read on rank 0, broadcast and resharded), optimizer
-        and schedule from a `save` folder (any world size); without optimizer files, or
-        with `with_optimizer=False`, only the weights."""
+        """Collective: restore weights (read on rank 0, broadcast and resharded; with LoRA
+        the adapter, over the base weights the model holds), optimizer and schedule from a
+        `save` folder (any world size); without optimizer files, or with
+        `with_optimizer=False`, only the weights."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -181,11 +189,18 @@ class FSDP2Backend:
         )
 
         path = Path(path)
-        full = load_hf_weights(self.model, path / MODEL_DIR) if self.rank == 0 else {}
+        lora = self.lora_scaling is not None
+        full = {}
+        if self.rank == 0 and lora:
+            full = read_adapter(path / ADAPTER_DIR, self.model.state_dict().keys())
+        elif self.rank == 0:
+            full = load_hf_weights(self.model, path / MODEL_DIR)
         set_model_state_dict(
             self.model,
             full,  # overwritten in place by the broadcast (torch 2.13)
-            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+            options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True, strict=not lora
+            ),
         )
         del full
         if with_optimizer and (path / OPTIM_DIR).is_dir():

@@ -10,7 +10,15 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from agentrl.train.config import LoraConfig, OptimConfig, TrainerConfig
+from agentrl.train.config import OptimConfig, TrainerConfig
+from agentrl.train.lora import (
+    ADAPTER_DIR,
+    base_model,
+    hf_weights,
+    lora_scaling,
+    read_adapter,
+    save_weights,
+)
 from agentrl.train.optim import build_optimizer, build_scheduler
 
 
@@ -27,30 +35,11 @@ class _Autocast(nn.Module):
             return self.inner(*args, **kwargs)
 
 
-def apply_lora(model: nn.Module, cfg: LoraConfig) -> nn.Module:
-    """Wrap `model` with peft LoRA adapters (only the adapters train)."""
-    try:
-        import peft
-    except ImportError as e:
-        raise RuntimeError("trainer.lora.enabled needs peft: pip install 'agentrl[peft]'") from e
-    lora = peft.LoraConfig(
-        r=cfg.r,
-        lora_alpha=cfg.alpha,
-        lora_dropout=cfg.dropout,
-        target_modules=list(cfg.target_modules),
-        bias="none",
-    )
-    return peft.get_peft_model(model, lora)
-
-
-def _base_name(name: str) -> str:
-    """peft parameter name -> the base model's Hugging Face name."""
-    name = name.removeprefix("base_model.model.")
-    return name.replace(".base_layer.", ".")
-
-
 class LocalBackend:
-    """The `Backend` protocol in one process (CPU or one GPU)."""
+    """The `Backend` protocol in one process (CPU or one GPU).
+
+    A `model` that `agentrl.train.lora.apply_lora` wrapped trains its adapters only.
+    """
 
     rank = 0
     world_size = 1
@@ -64,7 +53,6 @@ class LocalBackend:
         lr: float,
         num_optimizer_steps: int,
         device: torch.device,
-        lora: LoraConfig | None = None,
     ) -> None:
         self.device = device
         self.optim_cfg = optim
@@ -75,9 +63,8 @@ class LocalBackend:
             )
             if hasattr(model, "config"):
                 model.config.use_cache = False
-        self.lora = lora is not None
-        if lora is not None:
-            model = apply_lora(model, lora)
+        self.lora_scaling = lora_scaling(model)
+        """`alpha / r` of the LoRA adapters; None when all weights train."""
         self.module = model
         """The unwrapped (fp32) model; `model` may wrap it for autocast."""
         self.model: nn.Module = _Autocast(model, device.type) if device.type == "cuda" else model
@@ -105,30 +92,20 @@ class LocalBackend:
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
         """Full weights on CPU with Hugging Face names (LoRA merged in), as copies."""
-        if not self.lora:
-            return {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
-        self.module.merge_adapter()
-        try:
-            return {
-                _base_name(k): v.detach().to("cpu", copy=True)
-                for k, v in self.module.state_dict().items()
-                if "lora_" not in k
-            }
-        finally:
-            self.module.unmerge_adapter()
+        state = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+        return hf_weights(state, self.lora_scaling)
 
     def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
         """Identity: one process."""
         return value
 
     def save(self, path: Path) -> None:
-        """Model in Hugging Face format under `path/model` (LoRA merged; the adapters alone
+        """Model in Hugging Face format under `path/model` (LoRA merged; the adapter alone
         under `path/adapter`), optimizer and scheduler beside."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        if self.lora:  # adapters to resume from, merged weights for export and eval
-            self.module.save_pretrained(path / "adapter", safe_serialization=True)
-        self.save_model(path / "model")
+        state = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        save_weights(self.module, state, path, self.lora_scaling)
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
 
@@ -141,23 +118,18 @@ class LocalBackend:
         """
         from agentrl.train._dist import save_hf
 
-        if not self.lora:
-            state = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
-            save_hf(self.module, state, path)
-            return
-        save_hf(self.module.get_base_model(), self.full_state_dict(), path)
+        model = self.module if self.lora_scaling is None else base_model(self.module)
+        save_hf(model, self.full_state_dict(), path)
 
     def load(self, path: Path, *, with_optimizer: bool = True) -> None:
-        """Restore what `save` wrote (weights in place, so the optimizer keeps its params)."""
+        """Restore what `save` wrote (weights in place, so the optimizer keeps its params;
+        with LoRA the adapter, over the base weights the model already holds)."""
         path = Path(path)
-        if self.lora:
-            import peft
-
-            peft.set_peft_model_state_dict(
-                self.module, load_file(str(path / "adapter" / "adapter_model.safetensors"))
-            )
-        else:
+        if self.lora_scaling is None:
             load_weights_in_place(self.module, path / "model")
+        else:
+            keys = self.module.state_dict().keys()
+            self.module.load_state_dict(read_adapter(path / ADAPTER_DIR, keys), strict=False)
         optimizer_file = path / "optimizer.pt"
         if with_optimizer and optimizer_file.is_file():
             self.optimizer.load_state_dict(torch.load(optimizer_file, weights_only=True))

@@ -10,8 +10,9 @@ Every model folder agentrl writes (`agentrl sft`, a run's warm start, RL checkpo
     settings.history_turns, settings.source  # 0, ".../agentrl_settings.yaml"
 
 A folder written before the file existed falls back to what lies around it: the `config.yaml`
-of the run it sits in (`RUN/warm_start`, `RUN/checkpoints/step-N[/policy/model]`), else the
-`sft_config.yaml` that `agentrl sft` leaves in its output folder.
+of the run it sits in (`RUN/warm_start`, `RUN/checkpoints/step-N[/policy/model]`, the LoRA
+adapter `.../policy/adapter`), else the `sft_config.yaml` that `agentrl sft` leaves in its
+output folder.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def _run_config_file(folder: Path) -> Path | None:
         candidates.append(folder.parent)
     if _STEP.match(folder.name) and folder.parent.name == "checkpoints":
         candidates.append(folder.parents[1])
-    if folder.parts[-2:] == ("policy", "model") and _STEP.match(folder.parents[1].name):
+    in_policy = folder.parts[-2:] in (("policy", "model"), ("policy", "adapter"))
+    if in_policy and _STEP.match(folder.parents[1].name):
         candidates.append(folder.parents[3])
     for run in candidates:
         if (run / "config.yaml").is_file() and _is_run_dir(run):

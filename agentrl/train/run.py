@@ -62,6 +62,7 @@ def run_training(
     """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
     from agentrl._console import console, setup_logging
     from agentrl.train.checkpoint import latest_checkpoint
+    from agentrl.train.lora import ADAPTER_DIR
     from agentrl.train.metrics import METRICS_FILE
     from agentrl.train.trainer import Trainer
 
@@ -117,3 +118,12 @@ def run_training(
     log.info(
         "done: metrics in %s, checkpoints in %s", run_dir / "metrics.jsonl", run_dir / "checkpoints"
     )
+    final = latest_checkpoint(run_dir)
+    if cfg.trainer.lora.enabled and final is not None:
+        adapter = final / "policy" / ADAPTER_DIR
+        log.info(
+            "LoRA adapter in %s (agentrl eval --model %s; merged: %s)",
+            adapter,
+            adapter,
+            final / "policy" / "model",
+        )

@@ -65,6 +65,8 @@ def full_grads(backend) -> dict[str, torch.Tensor] | None:
     out: dict[str, torch.Tensor] = {}
     for name, p in backend.model.named_parameters():
         g = p.grad
+        if g is None:  # frozen (LoRA base weights)
+            continue
         out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
     return out
 
@@ -77,16 +79,29 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 def build(name: str, model, optim):
-    """The backend under test, through the trainer's factory as `agentrl train` builds it."""
+    """The backend under test, through the trainer's factory as `agentrl train` builds it.
+
+    `name` is local, fsdp2, zero2 or zero3; a `-lora` suffix trains LoRA adapters (r 4),
+    initialised alike on every rank and in every backend."""
     from agentrl.config import TrainConfig
     from agentrl.train.backend import Backend, make_backend
-    from agentrl.train.config import TrainerConfig
+    from agentrl.train.config import LoraConfig, TrainerConfig
 
-    backend, stage = {"fsdp2": ("fsdp2", 2), "zero2": ("deepspeed", 2), "zero3": ("deepspeed", 3)}[
-        name
-    ]
-    trainer = TrainerConfig(backend=backend, zero_stage=stage, device="cpu")
+    kind, _, lora = name.partition("-")
+    backend, stage = {
+        "local": ("local", 2),
+        "fsdp2": ("fsdp2", 2),
+        "zero2": ("deepspeed", 2),
+        "zero3": ("deepspeed", 3),
+    }[kind]
+    trainer = TrainerConfig(
+        backend=backend,
+        zero_stage=stage,
+        device="cpu",
+        lora=LoraConfig(enabled=lora == "lora", r=4, alpha=16),
+    )
     cfg = TrainConfig(optim=optim, trainer=trainer)
+    torch.manual_seed(1)  # the LoRA init
     out = make_backend(cfg, model, lr=LR, num_optimizer_steps=4)
     assert isinstance(out, Backend), type(out)
     return out
@@ -95,8 +110,7 @@ def build(name: str, model, optim):
 def run(name: str, ckpt: Path) -> dict:
     """Two steps against LocalBackend, a full-weight gather, and a save/load round trip."""
     from agentrl.rollout.models import load_model
-    from agentrl.train.config import OptimConfig, TrainerConfig
-    from agentrl.train.local import LocalBackend
+    from agentrl.train.config import OptimConfig
 
     optim = OptimConfig(
         lr=LR, weight_decay=0.01, max_grad_norm=0.5, warmup_steps=1, schedule="linear"
@@ -127,14 +141,7 @@ def run(name: str, ckpt: Path) -> dict:
     if rank != 0:
         return {}
 
-    local = LocalBackend(
-        reference,
-        optim=optim,
-        trainer=TrainerConfig(),
-        lr=LR,
-        num_optimizer_steps=4,
-        device=torch.device("cpu"),
-    )
+    local = build("local-lora" if name.endswith("-lora") else "local", reference, optim)
     ref_loss1, ref_grads1, ref_norm1 = train_step(local, ids, mask, adv, list(range(NUM_SEQS)))
     ref_full1 = local.full_state_dict()
     ref_loss2, _, ref_norm2 = train_step(local, ids, mask, adv, list(range(NUM_SEQS)))
@@ -161,6 +168,11 @@ def run(name: str, ckpt: Path) -> dict:
         resumed_loss_grad_norm=[loss2b, norm2b],
         hf_reload_max_diff=max_diff(reloaded.state_dict(), full1),
         state_dict_keys=sorted(full1),
+        frozen_max_diff=max_diff(
+            {k: v for k, v in full2.items() if "_proj" not in k},
+            {k: v for k, v in init.items() if "_proj" not in k},
+        ),
+        adapter_saved=(ckpt / "adapter" / "adapter_model.safetensors").is_file(),
     )
     return result
 
@@ -228,7 +240,9 @@ def run_variants(name: str) -> dict:
 def main() -> None:
     """Parse arguments, run each backend named, write the JSON results from rank 0."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", required=True, help="comma-separated: fsdp2, zero2, zero3")
+    parser.add_argument(
+        "--backend", required=True, help="comma-separated: fsdp2, zero2, zero3 (-lora: LoRA)"
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--ckpt", type=Path, required=True)
     parser.add_argument("--variants", action="store_true", help="also checkpointing and bf16")

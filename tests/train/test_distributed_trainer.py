@@ -143,3 +143,27 @@ def test_torchrun_deepspeed_zero2_train_matches_local(local_run, tmp_path) -> No
     run_dir = tmp_path / "zero2"
     _train(run_dir, "deepspeed", "--set", "trainer.zero_stage=2", nproc=2)
     _check_matches_local(run_dir, local_run)
+
+
+LORA = ["--set", "trainer.lora.enabled=true", "--set", "trainer.lora.r=4"]
+LORA += ["--set", "trainer.lora.alpha=32"]  # scale 8: the merged weights move ~1e-3 a step
+
+
+@pytest.fixture(scope="module")
+def local_lora_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("dist") / "local-lora"
+    _train(run_dir, "local", *LORA)
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "backend", [["fsdp2"], ["deepspeed", "--set", "trainer.zero_stage=3"]], ids=["fsdp2", "zero3"]
+)
+def test_torchrun_lora_train_matches_local(local_lora_run, tmp_path, backend) -> None:
+    """LoRA under torchrun: the same adapters train, the merged checkpoints match."""
+    run_dir = tmp_path / backend[0]
+    _train(run_dir, *backend, *LORA, nproc=2)
+    _check_matches_local(run_dir, local_lora_run)
+    adapter = run_dir / "checkpoints" / "step-000002" / "policy" / "adapter"
+    assert (adapter / "adapter_model.safetensors").is_file()
+    assert (adapter / "agentrl_settings.yaml").is_file()

@@ -1,0 +1,243 @@
+"""LoRA adapters (`trainer.lora`): wrap the policy, merge for the engines, save and load.
+
+Every backend trains the same `peft` model that `apply_lora` builds; only the adapter
+weights train. The backends gather the full state dict (peft names) as they do for a plain
+model, and this module turns it into what the rest of agentrl reads:
+
+    model = apply_lora(model, cfg.trainer.lora, base_model=cfg.model.name)
+    scaling = lora_scaling(model)                    # alpha / r; None for a plain model
+    weights = hf_weights(state, scaling)             # Hugging Face names, LoRA merged in
+    save_weights(model, state, path, scaling)        # path/model (merged) + path/adapter
+
+An adapter folder is peft's format (`adapter_config.json` + `adapter_model.safetensors`);
+its `base_model_name_or_path` is the model name the run was given (an alias, a Hugging Face
+id or an absolute path), so `merge_adapter_dir` finds the base through `resolve_model`;
+`agentrl eval` loads an adapter through `loadable_model`, `agentrl export` merges it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentrl.train.config import LoraConfig
+
+ADAPTER_DIR = "adapter"
+"""Sub-folder of a backend checkpoint with the LoRA adapter (peft format)."""
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_FILE = "adapter_model.safetensors"
+_NAME = "default"
+"""peft's adapter name: state-dict keys carry it (`lora_A.default.weight`), files do not."""
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError as e:
+        raise RuntimeError("LoRA needs peft: pip install 'agentrl[peft]'") from e
+    return peft
+
+
+def base_model_name(name: str) -> str:
+    """The base model as an adapter folder records it: an alias or Hugging Face id as given,
+    a local folder as an absolute path (so it resolves from any working directory)."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
+
+
+def apply_lora(model: nn.Module, cfg: LoraConfig, *, base_model: str) -> nn.Module:
+    """Wrap `model` with peft LoRA adapters on `cfg.target_modules` (only they train).
+
+    `base_model` (the run's `model.name`) goes into the adapter's `adapter_config.json`.
+    Adapters go on `nn.Linear` layers only: that is what `merge_lora` merges.
+    """
+    peft = _peft()
+    lora = peft.LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+    )
+    wrapped = peft.get_peft_model(model, lora)
+    wrapped.peft_config[_NAME].base_model_name_or_path = base_model_name(base_model)
+    for name, module in wrapped.named_modules():
+        if isinstance(module, peft.tuners.lora.LoraLayer):
+            base = module.get_base_layer()
+            if type(base) is not nn.Linear:
+                raise ValueError(
+                    f"trainer.lora.target_modules: {name} is a {type(base).__name__}; "
+                    "agentrl trains LoRA on nn.Linear layers only"
+                )
+    return wrapped
+
+
+def lora_scaling(model: nn.Module) -> float | None:
+    """`alpha / r` of a model `apply_lora` wrapped (before any backend wraps it further);
+    None for a plain model."""
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or _NAME not in configs:
+        return None
+    return float(configs[_NAME].lora_alpha / configs[_NAME].r)
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The Hugging Face model inside a LoRA-wrapped `model` (for its config and tied weights)."""
+    return model.get_base_model()
+
+
+def merge_lora(state: Mapping[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
+    """The full state dict of a LoRA model (peft names) as the plain model's: each adapted
+    weight `W + scaling * B @ A` (as peft's `merge_adapter` computes it), Hugging Face names,
+    no `lora_` keys. The tensors not merged are the ones in `state`.
+
+    >>> A, B, W = torch.ones(1, 2), torch.full((2, 1), 0.5), torch.zeros(2, 2)
+    >>> merged = merge_lora({
+    ...     "base_model.model.fc.base_layer.weight": W,
+    ...     "base_model.model.fc.lora_A.default.weight": A,
+    ...     "base_model.model.fc.lora_B.default.weight": B,
+    ... }, scaling=2.0)
+    >>> merged["fc.weight"].tolist()
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+    merged: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if ".lora_" in key:
+            continue
+        if key.endswith(".base_layer.weight"):
+            prefix = key.removesuffix(".base_layer.weight")
+            lora_a = state[f"{prefix}.lora_A.{_NAME}.weight"]  # [r, in]
+            lora_b = state[f"{prefix}.lora_B.{_NAME}.weight"]  # [out, r]
+            value = value + (lora_b @ lora_a) * scaling
+        merged[key.removeprefix("base_model.model.").replace(".base_layer.", ".")] = value
+    return merged
+
+
+def hf_weights(
+    state: Mapping[str, torch.Tensor], scaling: float | None
+) -> Mapping[str, torch.Tensor]:
+    """A gathered full state dict as the engines take it: `state` itself for a plain model
+    (`scaling` None) or an empty one (ranks other than 0), else `merge_lora(state, scaling)`."""
+    if scaling is None or not state:
+        return state
+    return merge_lora(state, scaling)
+
+
+def adapter_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter weights of a full state dict (peft names), named as peft's files name
+    them (without the adapter name)."""
+    return {_file_key(k): v for k, v in state.items() if ".lora_" in k}
+
+
+def _file_key(key: str) -> str:
+    return key.replace(f".{_NAME}.", ".")
+
+
+def write_adapter(model: nn.Module, state: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Write the adapter of `model` (its config) with the weights in `state` (the gathered
+    full state dict) as a peft adapter folder `path`."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    config = copy.copy(model.peft_config[_NAME])
+    config.inference_mode = True  # as peft's save_pretrained writes it
+    config.save_pretrained(str(path))
+    tensors = {k: v.contiguous() for k, v in adapter_tensors(state).items()}
+    save_file(tensors, str(path / ADAPTER_FILE), metadata={"format": "pt"})
+
+
+def read_adapter(path: Path, model_keys: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The weights of the adapter folder `path`, under the model's state-dict names
+    (`model_keys`: every key of the LoRA model's state dict); the sets must match."""
+    from safetensors.torch import load_file
+
+    saved = load_file(str(Path(path) / ADAPTER_FILE))
+    wanted = {_file_key(k): k for k in model_keys if ".lora_" in k}
+    missing, unexpected = set(wanted) - set(saved), set(saved) - set(wanted)
+    if missing or unexpected:
+        raise RuntimeError(
+            f"the adapter in {path} does not match the model: missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]} (other trainer.lora settings?)"
+        )
+    return {wanted[k]: v for k, v in saved.items()}
+
+
+def save_weights(
+    model: nn.Module, state: Mapping[str, torch.Tensor], path: Path, scaling: float | None
+) -> None:
+    """Write the gathered full state dict `state` of `model` as the Hugging Face folder
+    `path/model`; for a LoRA model merged, with the adapter alone in `path/adapter`."""
+    from agentrl.train._dist import MODEL_DIR, save_hf
+
+    path = Path(path)
+    if scaling is None:
+        save_hf(model, state, path / MODEL_DIR)
+        return
+    write_adapter(model, state, path / ADAPTER_DIR)
+    save_hf(base_model(model), merge_lora(state, scaling), path / MODEL_DIR)
+
+
+# -- adapter folders for eval and export -------------------------------------------------------
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether `path` is a peft adapter folder (has `adapter_config.json`)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(path: str | Path) -> str:
+    """The base model an adapter folder names (`base_model_name_or_path`)."""
+    config_file = Path(path) / ADAPTER_CONFIG
+    name = json.loads(config_file.read_text()).get("base_model_name_or_path")
+    if not name:
+        raise ValueError(f"{config_file} names no base model (base_model_name_or_path)")
+    return str(name)
+
+
+def merge_adapter_dir(adapter: str | Path, out: str | Path) -> Path:
+    """Write the adapter folder `adapter` merged into its base model as a Hugging Face
+    model folder `out` (fp32 weights, the base's tokenizer); returns `out`.
+
+    The base is found with `resolve_model` (alias, Hugging Face id or local folder).
+    """
+    from transformers import AutoTokenizer
+
+    from agentrl.rollout.models import ModelNotFoundError, load_model, resolve_model
+    from agentrl.train._dist import save_hf
+
+    peft = _peft()
+    adapter, out = Path(adapter), Path(out)
+    name = adapter_base(adapter)
+    try:
+        base_dir = resolve_model(name)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(
+            f"{adapter}: its base model {name!r} (base_model_name_or_path in {ADAPTER_CONFIG}) "
+            f"cannot be loaded: {e}"
+        ) from e
+    model = load_model(str(base_dir), dtype="float32")
+    merged = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    save_hf(merged, merged.state_dict(), out)
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(out)
+    return out
+
+
+@contextlib.contextmanager
+def loadable_model(name: str) -> Iterator[Path]:
+    """The Hugging Face folder to load for the model `name` (`resolve_model`), or for a LoRA
+    adapter folder a temporary folder with the adapter merged into its base, deleted on exit
+    (the hf and vllm engines then load plain weights)."""
+    from agentrl.rollout.models import resolve_model
+
+    if not is_adapter_dir(name):
+        yield resolve_model(name)
+        return
+    with tempfile.TemporaryDirectory(prefix="agentrl-lora-merged-") as tmp:
+        yield merge_adapter_dir(name, Path(tmp) / "model")
