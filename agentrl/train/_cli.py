@@ -201,25 +201,31 @@ def train(
 
 
 def export(
-    run: Annotated[Path, typer.Argument(help="Run directory, checkpoint folder or model folder.")],
+    run: Annotated[
+        Path,
+        typer.Argument(help="Run directory, checkpoint folder, model or LoRA adapter folder."),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Destination folder (created).")],
 ) -> None:
     """Write the latest policy of a run as a plain Hugging Face model folder.
 
-    The folder also gets the settings the policy was trained with (`agentrl_settings.yaml`,
+    A LoRA adapter folder (`.../policy/adapter`) is written merged into its base model. The
+    folder also gets the settings the policy was trained with (`agentrl_settings.yaml`,
     which `agentrl eval` reads)."""
     import shutil
 
     from agentrl.config import ConfigError
     from agentrl.train.checkpoint import model_dir
+    from agentrl.train.lora import is_adapter_dir, merge_adapter_dir
     from agentrl.train.model_settings import (
         describe_model_folder,
         read_model_settings,
         write_model_settings,
     )
 
+    adapter = is_adapter_dir(run)
     try:
-        source = model_dir(run)
+        source = run if adapter else model_dir(run)
         settings = read_model_settings(source)
     except FileNotFoundError:
         _fail(describe_model_folder(run))
@@ -229,14 +235,22 @@ def export(
         _fail(f"--out {out} exists and is not empty")
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
+    if adapter:
+        try:
+            merge_adapter_dir(source, tmp)
+        except (FileNotFoundError, ValueError, RuntimeError) as e:  # e.g. its base model
+            shutil.rmtree(tmp, ignore_errors=True)
+            _fail(str(e))
+    else:
+        shutil.copytree(source, tmp)
     if settings is not None:
         write_model_settings(tmp, settings)
     if out.exists():
         out.rmdir()
     tmp.rename(out)
     note = f" with its settings from {settings.source}" if settings is not None else ""
-    typer.echo(f"exported {source} -> {out}{note}")
+    merged = " (LoRA adapter merged into its base)" if adapter else ""
+    typer.echo(f"exported {source} -> {out}{merged}{note}")
 
 
 def plot(

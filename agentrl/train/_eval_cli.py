@@ -94,7 +94,10 @@ def result_lines(
 
 def eval_cmd(
     model: Annotated[
-        str, typer.Option("--model", help="Run dir, checkpoint, model folder, alias or HF id.")
+        str,
+        typer.Option(
+            "--model", help="Run dir, checkpoint, model or LoRA adapter folder, alias or HF id."
+        ),
     ],
     env: Annotated[
         str | None,
@@ -138,21 +141,23 @@ def eval_cmd(
     max_turns, history_turns, context and answer limits, eval temperature and seeds), saved in
     its folder; flags override them. The first line says which were used and from where.
     """
+    import contextlib
     import functools
 
     from agentrl.config import ConfigError, TrainConfig, _parse_value
     from agentrl.envs import make
     from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
-    from agentrl.rollout.models import load_tokenizer, resolve_model
+    from agentrl.rollout.models import load_tokenizer
     from agentrl.train.checkpoint import model_dir
     from agentrl.train.engines import SeededEngine, build_engine
     from agentrl.train.evaluate import evaluate
+    from agentrl.train.lora import is_adapter_dir, loadable_model
     from agentrl.train.model_settings import describe_model_folder, read_model_settings
 
     saved = None
     if Path(model).exists():
-        try:
-            folder = model_dir(Path(model))
+        try:  # a LoRA adapter folder is loaded merged into its base (`loadable_model`)
+            folder = Path(model) if is_adapter_dir(model) else model_dir(Path(model))
         except FileNotFoundError:
             _fail(describe_model_folder(Path(model)))
         model = str(folder)
@@ -188,15 +193,19 @@ def eval_cmd(
 
     cfg = TrainConfig(engine=EngineConfig(name=engine))
     cfg.model.name = model
-    model_path = resolve_model(model)
-    tokenizer = load_tokenizer(str(model_path))
     rollout_cfg = RolloutConfig(
         max_turns=settings.max_turns,
         history_turns=settings.history_turns,
         max_context_tokens=settings.max_context_tokens,
     )
-    runner = SeededEngine(build_engine(cfg, model_path))
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            model_path = stack.enter_context(loadable_model(model))
+        except (FileNotFoundError, ValueError, RuntimeError) as e:  # e.g. an adapter's base
+            _fail(str(e))
+        tokenizer = load_tokenizer(str(model_path))
+        runner = SeededEngine(build_engine(cfg, model_path))
+        stack.callback(runner.close)
         for temp in temperatures:
             sampling = SamplingConfig(
                 temperature=temp, max_new_tokens=settings.max_new_tokens, seed=0
@@ -218,5 +227,3 @@ def eval_cmd(
                 seed_offset=settings.eval_seed_offset,
             )
             typer.echo(line)
-    finally:
-        runner.close()
