@@ -50,9 +50,12 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 def quiet_third_party() -> None:
     """No progress bars from Hugging Face libraries ("Loading weights", "Writing model
-    shards"): the command's own bars say what is happening. Call before they are imported;
-    it also switches them off when they already are."""
+    shards"), and vLLM (and its engine processes, which inherit the environment) logs only
+    warnings, not its ~60 INFO lines per engine start. The command's own bars say what is
+    happening. Call before they are imported; it also switches the bars off when they
+    already are. `VLLM_LOGGING_LEVEL=INFO` in the environment brings vLLM's lines back."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if "transformers" in sys.modules:
         from transformers.utils import logging as hf_logging
 

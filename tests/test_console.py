@@ -95,3 +95,12 @@ def test_progress_without_bars_logs_each_phase_end(caplog: pytest.LogCaptureFixt
         for step in range(1, 4):
             on_step(step, 3, {"sft/nll": 0.5})
     assert caplog.messages == ["expert episodes 4/4", "sft step 3/3 nll 0.500"]
+
+
+def test_vllm_logs_only_warnings_unless_the_user_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    agentrl_console.quiet_third_party()
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "WARNING"  # engine processes inherit it
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
+    agentrl_console.quiet_third_party()
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO"
