@@ -67,15 +67,30 @@ def main() -> None:
             factory = functools.partial(make, env_name, **ENV_KWARGS.get(env_name, {}))
             stats: dict[str, list[tuple[float, int, int]]] = {name: [] for name in engines}
             for engine in engines.values():  # warm-up: first calls, prefix cache
-                rollout(engine, factory, tok, seeds[:2], group_size=2, cfg=cfg,
-                        sampling=sampling, bridge=bridge)  # fmt: skip
+                rollout(
+                    engine,
+                    factory,
+                    tok,
+                    seeds[:2],
+                    group_size=2,
+                    cfg=cfg,
+                    sampling=sampling,
+                    bridge=bridge,
+                )
             for i in range(args.repeats):
                 order = list(engines) if i % 2 == 0 else list(reversed(engines))
                 for name in order:
                     t0 = time.perf_counter()
-                    result = rollout(engines[name], factory, tok, seeds,
-                                     group_size=args.group_size, cfg=cfg, sampling=sampling,
-                                     bridge=bridge)  # fmt: skip
+                    result = rollout(
+                        engines[name],
+                        factory,
+                        tok,
+                        seeds,
+                        group_size=args.group_size,
+                        cfg=cfg,
+                        sampling=sampling,
+                        bridge=bridge,
+                    )
                     wall = time.perf_counter() - t0
                     sampled = sum(t.num_sampled_tokens for t in result.trajectories)
                     stats[name].append((wall, sampled, len(result.trajectories)))

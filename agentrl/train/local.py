@@ -13,7 +13,6 @@ from torch import nn
 from agentrl.train.config import OptimConfig, TrainerConfig
 from agentrl.train.lora import (
     ADAPTER_DIR,
-    base_model,
     hf_weights,
     lora_scaling,
     read_adapter,
@@ -118,7 +117,7 @@ class LocalBackend:
         """
         from agentrl.train._dist import save_hf
 
-        model = self.module if self.lora_scaling is None else base_model(self.module)
+        model = self.module if self.lora_scaling is None else self.module.get_base_model()
         save_hf(model, self.full_state_dict(), path)
 
     def load(self, path: Path, *, with_optimizer: bool = True) -> None:

@@ -89,11 +89,6 @@ def lora_scaling(model: nn.Module) -> float | None:
     return float(configs[_NAME].lora_alpha / configs[_NAME].r)
 
 
-def base_model(model: nn.Module) -> nn.Module:
-    """The Hugging Face model inside a LoRA-wrapped `model` (for its config and tied weights)."""
-    return model.get_base_model()
-
-
 def merge_lora(state: Mapping[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
     """The full state dict of a LoRA model (peft names) as the plain model's: each adapted
     weight `W + scaling * B @ A` (as peft's `merge_adapter` computes it), Hugging Face names,
@@ -183,7 +178,7 @@ def save_weights(
         save_hf(model, state, path / MODEL_DIR)
         return
     write_adapter(model, state, path / ADAPTER_DIR)
-    save_hf(base_model(model), merge_lora(state, scaling), path / MODEL_DIR)
+    save_hf(model.get_base_model(), merge_lora(state, scaling), path / MODEL_DIR)
 
 
 # -- adapter folders for eval and export -------------------------------------------------------
