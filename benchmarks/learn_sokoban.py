@@ -50,6 +50,16 @@ VARIANTS: dict[str, tuple[str | None, list[str]]] = {
     "rl": (None, []),
     "rl-turn": (None, ["algo.estimator=turn-gae", "algo.reward_level=turn"]),
     "rl-grpo": ("grpo", ["algo.reward_level=turn", "algo.kl_coef=0"]),
+    "rl-state": (
+        "grpo",
+        [
+            "algo.estimator=state-rloo",
+            "algo.reward_level=turn",
+            "algo.kl_coef=0",
+            "algo.normalize_rewards=true",
+            "algo.loss_agg=token-mean",
+        ],
+    ),
     "rft": (
         "grpo",
         [

@@ -28,6 +28,7 @@ __all__ = [
     "place_turn_rewards",
     "reinforce_pp_advantages",
     "rloo_advantages",
+    "state_rloo_advantages",
     "trajectory_returns",
     "turn_returns_to_go",
     "turn_level_gae",
@@ -146,6 +147,38 @@ def rloo_advantages(returns: Tensor, group_ids: Tensor) -> Tensor:
     n = counts[inverse].to(mean.dtype)
     scale = torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
     return (scale * (returns - mean)).to(returns.dtype)
+
+
+def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
+    """Per-move credit from the batch's own visits of each state: a turn's return-to-go minus
+    the mean return-to-go of the *other* visits of the same state (RLOO with the state as the
+    group), `[B, K], [B, K] -> [B, K]`.
+
+    `state_ids` names the state each turn acted in (equal ids: the same prompt, so the same
+    policy input), -1 where there is no turn. The other visits are independent episodes, so
+    their mean is an unbiased Monte-Carlo value of the state and the estimate stays unbiased;
+    a state visited once has no baseline and gets 0. Episodes of one group share their first
+    state, and a near-deterministic policy's episodes share a path until they part: where
+    they made the same move in the same state, their credits sum to exactly 0 (with every
+    token weighted alike, `loss_agg: token-mean`, those moves get no net gradient), and the
+    moves where they part carry the signal.
+
+    >>> to_go = torch.tensor([[11.0, 11.0], [1.0, -0.1], [5.0, 0.0]])
+    >>> states = torch.tensor([[7, 8], [7, 9], [3, -1]])
+    >>> state_rloo_advantages(to_go, states)
+    tensor([[ 10.,   0.],
+            [-10.,   0.],
+            [  0.,   0.]])
+    """
+    if to_go.shape != state_ids.shape:
+        raise ValueError(
+            f"to_go {tuple(to_go.shape)} and state_ids {tuple(state_ids.shape)} must match"
+        )
+    out = torch.zeros_like(to_go)
+    visited = state_ids >= 0
+    if visited.any():
+        out[visited] = rloo_advantages(to_go[visited], state_ids[visited])
+    return out
 
 
 def _masked_gae(

@@ -15,7 +15,7 @@ config does not import torch)."""
 KLKind = Literal["k1", "k2", "k3"]
 """KL estimator (as `agentrl.algos.losses.KLKind`)."""
 
-Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae", "rft"]
+Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae", "state-rloo", "rft"]
 
 _CRITIC_ESTIMATORS = ("gae", "turn-gae")
 _GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -30,6 +30,10 @@ class AlgoConfig(BaseModel):
     """Advantage estimator: `grpo` (group mean/std), `rloo` (leave-one-out), `reinforce++`
     (returns-to-go whitened over the batch), `gae` (critic; StarPO trajectory-level when
     `reward_level` is `trajectory`), `turn-gae` (critic; GAE across turns, then in turns),
+    `state-rloo` (no critic; per-move credit: each turn's return-to-go minus the mean
+    return-to-go of the batch's other visits of the same state, i.e. the same prompt; needs
+    `reward_level: turn`; pair it with `loss_agg: token-mean`, which weighs every move alike,
+    so that equal moves of episodes that share a path cancel exactly),
     `rft` (rejection-sampling fine-tuning, the imitation baseline: the trainer keeps only the
     successful trajectories and every token gets advantage 1, i.e. SFT on the policy's own
     solved episodes)."""
@@ -44,7 +48,8 @@ class AlgoConfig(BaseModel):
     lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda per sampled token (`gae`; inside a turn for `turn-gae`)."""
     turn_gamma: float = Field(1.0, ge=0.0, le=1.0)
-    """Discount across turns (`turn-gae`; `grpo` and `rloo` at `reward_level: turn`)."""
+    """Discount across turns (`turn-gae`, `state-rloo`; `grpo` and `rloo` at
+    `reward_level: turn`)."""
     turn_lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda across turns (`turn-gae` only)."""
     scale_by_std: bool = True
@@ -108,8 +113,9 @@ class AlgoConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> AlgoConfig:
-        if self.estimator == "turn-gae" and self.reward_level != "turn":
-            raise ValueError("estimator 'turn-gae' needs reward_level 'turn'")
+        for estimator in ("turn-gae", "state-rloo"):
+            if self.estimator == estimator and self.reward_level != "turn":
+                raise ValueError(f"estimator {estimator!r} needs reward_level 'turn'")
         return self
 
     @property

@@ -30,6 +30,7 @@ from agentrl.algos.advantages import (
     place_turn_rewards,
     reinforce_pp_advantages,
     rloo_advantages,
+    state_rloo_advantages,
     trajectory_returns,
     turn_level_gae,
     turn_returns_to_go,
@@ -117,6 +118,7 @@ def compute_advantages(
     values: Tensor | None = None,
     old_logp: Tensor | None = None,
     ref_logp: Tensor | None = None,
+    state_ids: Tensor | None = None,
 ) -> AdvantageResult:
     """Per-token advantages (and critic targets) for a batch of rows.
 
@@ -125,6 +127,8 @@ def compute_advantages(
       Every row of a trajectory carries the trajectory's `turn_rewards` and group.
     - `values [B, T]`: critic values at rollout time (needed when `algo.use_critic`).
     - `old_logp`, `ref_logp [B, T]`: needed when the KL goes into the reward.
+    - `state_ids [B, K]`: the state each turn acted in (`TrainBatch.turn_states`: equal ids
+      for equal prompts, -1 past the last turn); needed by `state-rloo`.
 
     >>> algo = AlgoConfig(estimator="grpo")
     >>> out = compute_advantages(algo, loss_mask=torch.ones(2, 2),
@@ -136,6 +140,8 @@ def compute_advantages(
     """
     if algo.use_critic and values is None:
         raise ValueError(f"estimator {algo.estimator!r} needs critic values")
+    if algo.estimator == "state-rloo" and state_ids is None:
+        raise ValueError("estimator 'state-rloo' needs state_ids (TrainBatch.turn_states)")
     kl = None
     if algo.use_reference and algo.kl_in_reward:
         if old_logp is None or ref_logp is None:
@@ -145,7 +151,9 @@ def compute_advantages(
 
     per_turn_rows = traj_ids is not None and torch.unique(traj_ids).numel() < traj_ids.numel()
     if not per_turn_rows:
-        return _one_row_each(algo, loss_mask, turn_rewards, turn_ids, group_ids, values, kl)
+        return _one_row_each(
+            algo, loss_mask, turn_rewards, turn_ids, group_ids, values, kl, state_ids
+        )
     packed = PackedTrajectories.build(traj_ids, loss_mask)
     first = packed.first_rows
     out = _one_row_each(
@@ -156,6 +164,7 @@ def compute_advantages(
         group_ids[first],
         None if values is None else packed.gather(values),
         None if kl is None else packed.gather(kl),
+        None if state_ids is None else state_ids[first],
     )
     return AdvantageResult(
         packed.scatter(out.advantages),
@@ -173,6 +182,7 @@ def _one_row_each(
     group_ids: Tensor,
     values: Tensor | None,
     kl: Tensor | None,
+    state_ids: Tensor | None = None,
 ) -> AdvantageResult:
     """`compute_advantages` for a batch with one row per trajectory."""
     m = loss_mask.bool()
@@ -204,6 +214,12 @@ def _one_row_each(
         )  # [B, K]
         center, scale = _group_center_scale(algo, to_go[:, 0], group_ids)  # [B], [B]
         adv = _on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1), turn_ids, m)
+    elif algo.estimator == "state-rloo":
+        # Each turn's return-to-go less the mean of the other visits of the same state.
+        to_go = turn_returns_to_go(
+            _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
+        )  # [B, K]
+        adv = _on_turn_tokens(state_rloo_advantages(to_go, state_ids), turn_ids, m)
     elif algo.estimator == "rft":  # the trainer kept only successful trajectories
         adv = mask.clone()
     elif algo.estimator == "reinforce++":

@@ -40,6 +40,7 @@ class TrainBatch:
     advantages: torch.Tensor | None = None  # [B, T]
     value_targets: torch.Tensor | None = None  # [B, T] critic regression targets
     traj_num_tokens: torch.Tensor | None = None  # [B] trained tokens of the row's trajectory
+    turn_states: torch.Tensor | None = None  # [B, K] long, the trajectory's `turn_state_ids`
 
     @property
     def num_rows(self) -> int:
@@ -69,9 +70,38 @@ class TrainBatch:
         cut = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            is_token = value is not None and value.dim() == 2 and f.name != "turn_rewards"
+            is_token = value is not None and value.dim() == 2 and f.name not in _TURN_FIELDS
             cut[f.name] = value[:, :max_len] if is_token else value
         return TrainBatch(**cut)
+
+
+_TURN_FIELDS = ("turn_rewards", "turn_states")
+"""`[B, K]` fields (one entry per turn, not per token): `trimmed` leaves them whole."""
+
+
+def turn_state_ids(traj: Trajectory, num_turns: int) -> list[int]:
+    """An id of the state each turn of `traj` acted in, `num_turns` long: a hash of the token
+    ids the engine was given before the turn's first sampled id (the turn's prompt, history
+    included), -1 for a turn without sampled ids or past the last turn.
+
+    Equal prompts give equal ids, in any trajectory: the policy saw the same input there.
+
+    >>> from agentrl.trajectory.types import Sample, Trajectory
+    >>> def traj(ids, mask, turns):
+    ...     return Trajectory([Sample(ids, mask, [0.0] * len(ids), turns)], [], "env", 0, 0)
+    >>> a = turn_state_ids(traj([5, 6, 1, 7, 2], [0, 0, 1, 0, 1], [-1, -1, 0, 0, 1]), 3)
+    >>> b = turn_state_ids(traj([5, 6, 3, 7, 2], [0, 0, 1, 0, 1], [-1, -1, 0, 0, 1]), 3)
+    >>> a[0] == b[0], a[1] == b[1], a[2]
+    (True, False, -1)
+    """
+    ids = [-1] * num_turns
+    for sample in traj.samples:
+        seen: set[int] = set()
+        for i, (m, t) in enumerate(zip(sample.loss_mask, sample.turn_ids, strict=True)):
+            if m and t >= 0 and t not in seen and t < num_turns:
+                seen.add(t)
+                ids[t] = hash(tuple(sample.token_ids[:i])) & (2**62 - 1)
+    return ids
 
 
 def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
@@ -104,6 +134,8 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
     sampler_logp = torch.zeros((num_rows, max_len), dtype=torch.float32)
     turn_ids = torch.full((num_rows, max_len), -1, dtype=torch.long)
     turn_rewards = torch.zeros((num_rows, max_turns), dtype=torch.float32)
+    states = {i: turn_state_ids(trajectories[i], max_turns) for i in set(row_traj)}
+    turn_states = torch.tensor([states[i] for i in row_traj], dtype=torch.long)
     for i, sample in enumerate(rows):
         n = len(sample)
         input_ids[i, :n] = torch.tensor(sample.token_ids, dtype=torch.long)
@@ -125,6 +157,7 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
         traj_num_tokens=torch.tensor(row_traj_tokens, dtype=torch.float32),
         turn_rewards=turn_rewards,
         row_index=torch.arange(num_rows),
+        turn_states=turn_states,
     )
 
 

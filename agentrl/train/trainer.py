@@ -508,6 +508,7 @@ class Trainer:
             values=batch.old_values,
             old_logp=batch.old_logp,
             ref_logp=batch.ref_logp,
+            state_ids=batch.turn_states,
         )
         batch.advantages, batch.value_targets = result.advantages, result.value_targets
         metrics |= {f"advantage/{k}": v for k, v in result.stats.items()}

@@ -167,6 +167,10 @@ _GOLDEN_CONFIGS = {
         estimator="turn-gae", reward_level="turn", turn_gamma=1.0, turn_lam=0.8, kl_coef=0.1,
         kl_kind="k3", kl_in_reward=True,
     ),
+    "state-rloo": dict(estimator="state-rloo", reward_level="turn", turn_gamma=0.9),
+    "state-rloo-kl": dict(
+        estimator="state-rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
+    ),
 }  # fmt: skip
 
 
@@ -195,6 +199,10 @@ def _two_layouts(seed: int):
     for i, k_count in enumerate(num_turns):
         rewards[i, k_count:] = 0.0
     groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    # the state each turn acted in: 3 states in all, so that turns share states
+    states = torch.randint(0, 3, (len(num_turns), max(num_turns)), generator=g)
+    for i, k_count in enumerate(num_turns):
+        states[i, k_count:] = -1
 
     def pad(rows):
         width = max(len(m) for m, _ in rows)
@@ -220,11 +228,11 @@ def _two_layouts(seed: int):
 
     single_batch = dict(
         loss_mask=s_mask, turn_ids=s_turn, turn_rewards=rewards, group_ids=groups,
-        traj_ids=torch.arange(len(num_turns)),
+        traj_ids=torch.arange(len(num_turns)), state_ids=states,
     )  # fmt: skip
     per_turn_batch = dict(
         loss_mask=p_mask, turn_ids=p_turn, turn_rewards=rewards[traj_ids],
-        group_ids=groups[traj_ids], traj_ids=traj_ids,
+        group_ids=groups[traj_ids], traj_ids=traj_ids, state_ids=states[traj_ids],
     )  # fmt: skip
     return single_batch, place(s_mask), per_turn_batch, place(p_mask)
 
@@ -270,6 +278,31 @@ def test_turn_level_grpo_credits_each_move_by_its_return_to_go() -> None:
         compute_advantages(AlgoConfig(estimator="grpo", reward_level="turn"), **single).advantages,
         compute_advantages(AlgoConfig(estimator="grpo"), **single).advantages,
     )
+
+
+def test_state_rloo_credits_the_move_where_episodes_part_and_not_the_shared_ones() -> None:
+    # Three 3-turn episodes of one room. All act in state 1 first and 2 next; there two of
+    # them move on to state 3 and solve it (turn rewards -0.1, -0.1, +10.9), the third bumps a
+    # wall into state 4 and fails (-0.1 each turn).
+    solved, failed = [-0.1, -0.1, 10.9], [-0.1, -0.1, -0.1]
+    out = compute_advantages(
+        AlgoConfig(estimator="state-rloo", reward_level="turn"),
+        loss_mask=torch.ones(3, 3), turn_ids=torch.tensor([[0, 1, 2]] * 3),
+        turn_rewards=torch.tensor([solved, solved, failed]), group_ids=torch.zeros(3),
+        state_ids=torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, 4]]),
+    )  # fmt: skip
+    # state 1: returns-to-go 10.7, 10.7, -0.3: leave-one-out 10.7 - 5.2 = 5.5, -0.3 - 10.7 = -11
+    # state 2: 10.8, 10.8, -0.2 likewise; state 3: 10.9 and 10.9 (no difference); state 4:
+    # visited once (no baseline, 0)
+    close(out.advantages, torch.tensor([[5.5, 5.5, 0], [5.5, 5.5, 0], [-11, -11, 0]]), 1e-4)
+    # the same first move in every episode: its credit sums to zero over the group
+    close(out.advantages[:, 0].sum(), torch.tensor(0.0), 1e-4)
+    with pytest.raises(ValueError, match="state_ids"):
+        compute_advantages(
+            AlgoConfig(estimator="state-rloo", reward_level="turn"),
+            loss_mask=torch.ones(1, 1), turn_ids=torch.zeros(1, 1, dtype=torch.long),
+            turn_rewards=torch.zeros(1, 1), group_ids=torch.zeros(1),
+        )  # fmt: skip
 
 
 def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:

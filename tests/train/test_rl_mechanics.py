@@ -149,3 +149,38 @@ def test_every_preset_resolves_with_the_sokoban_defaults() -> None:
         )
         assert cfg.algo.clips and cfg.algo.loss_agg == "traj-mean-token-mean"
         assert cfg.trainer.first_seed >= cfg.warm_start.num_episodes
+
+
+def test_per_move_credit_matches_the_states_of_a_real_rollout(tmp_path) -> None:
+    # Sokoban with prompts of the current grid only: every episode of a group starts from the
+    # same prompt, so its first turn's state id is shared in the group and nowhere else, and
+    # equal ids mean equal prompts (the grid and the actions left).
+    from agentrl.train.batch import to_batch
+
+    trainer = _trainer(
+        tmp_path, "grpo", "env.name=sokoban", "env.max_turns=3", "rollout.max_turns=3",
+        "rollout.history_turns=0", "algo.estimator=state-rloo", "algo.reward_level=turn",
+        "algo.kl_coef=0",
+    )  # fmt: skip
+    try:
+        trajs = trainer.rollout(1).trajectories
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    batch = to_batch(trajs, pad_id=trainer.pad_id)
+    first = batch.turn_states[:, 0]
+    for g in batch.group_ids.unique():
+        in_group = batch.group_ids == g
+        assert first[in_group].unique().numel() == 1
+        assert not torch.isin(first[in_group][:1], first[~in_group]).any()
+    pairs = set()
+    for t in trajs:
+        states = to_batch([t], pad_id=0).turn_states[0]
+        for sample in t.samples:  # one sample per turn: its prompt is what comes before its ids
+            prompt = tuple(sample.token_ids[: sample.loss_mask.index(1)])
+            pairs.add((int(states[max(sample.turn_ids)]), prompt))
+    ids = [state for state, _ in pairs]
+    prompts = [prompt for _, prompt in pairs]
+    assert len(set(ids)) == len(set(prompts)) == len(pairs)  # one id per distinct prompt
+    assert len(pairs) > len(batch.group_ids.unique())  # later turns reach other states
+    assert "advantage/advantage_abs_mean" in metrics
