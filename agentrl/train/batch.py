@@ -164,19 +164,24 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
 def mini_batches(
     batch: TrainBatch, num_mini_batches: int, *, generator: torch.Generator | None = None
 ) -> list[TrainBatch]:
-    """Shuffle trajectories (with `generator`, else in order) and split them into
-    `num_mini_batches` near-equal parts; the rows of one trajectory stay together, and there
-    are never more parts than trajectories."""
-    traj_keys, inverse = torch.unique(batch.traj_ids, return_inverse=True)
-    num = max(1, min(num_mini_batches, traj_keys.numel()))
+    """Shuffle groups (with `generator`, else in order) and split them into
+    `num_mini_batches` near-equal parts: the trajectories of one group, and the rows of one
+    trajectory, stay together, and there are never more parts than groups.
+
+    A group's advantages are relative to each other (a group baseline, or the other visits of
+    a state, which episodes of one room share): split across optimizer steps, the parts that
+    cancel in one gradient would pull separately.
+    """
+    group_keys, inverse = torch.unique(batch.group_ids, return_inverse=True)
+    num = max(1, min(num_mini_batches, group_keys.numel()))
     order = (
-        torch.randperm(traj_keys.numel(), generator=generator)
+        torch.randperm(group_keys.numel(), generator=generator)
         if generator is not None
-        else torch.arange(traj_keys.numel())
+        else torch.arange(group_keys.numel())
     )
     parts = []
-    for trajs in torch.tensor_split(order, num):
-        picked = torch.isin(inverse, trajs).nonzero().squeeze(-1)
+    for groups in torch.tensor_split(order, num):
+        picked = torch.isin(inverse, groups).nonzero().squeeze(-1)
         parts.append(batch.rows(picked))
     return parts
 

@@ -580,8 +580,16 @@ class Trainer:
                     "global_num_seqs": float(totals[1]),
                     "global_num_trajs": float(totals[2]),
                 }
-                micros = micro_batches(local, self.cfg.trainer.micro_batch_tokens)
-                num_idle = max_over_ranks(len(micros)) - len(micros)  # agreed before any forward
+                credited = self._rows_with_credit(local, train_policy=train_policy)
+                micros = (
+                    micro_batches(credited, self.cfg.trainer.micro_batch_tokens)
+                    if credited.num_rows
+                    else []
+                )
+                max_micros = max_over_ranks(len(micros))  # agreed before any forward
+                if not max_micros:  # no credit anywhere in this mini-batch: no step
+                    continue
+                num_idle = max_micros - len(micros)
                 for micro in micros:
                     micro = _to(micro, device)
                     micro_norm = norm | {"traj_num_tokens": micro.traj_num_tokens}
@@ -610,6 +618,17 @@ class Trainer:
         if critic_grad_norms:
             metrics["critic/grad_norm"] = float(np.mean(critic_grad_norms))
         return metrics
+
+    def _rows_with_credit(self, batch: TrainBatch, *, train_policy: bool) -> TrainBatch:
+        """The rows whose loss has a gradient: with no entropy bonus, no KL loss and no critic,
+        a row whose advantages are all 0 adds nothing to the loss or its gradient, so it is
+        left out of the forward and backward passes (the normalisers were counted over the
+        whole mini-batch, so the loss is unchanged). Otherwise every row."""
+        a = self.cfg.algo
+        if not train_policy or a.entropy_coef > 0 or a.use_kl_loss or self.critic is not None:
+            return batch
+        credited = ((batch.advantages != 0) & batch.loss_mask.bool()).any(dim=1)
+        return batch.rows(credited.nonzero().squeeze(-1))
 
     def _policy_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
         """Policy loss (+ entropy bonus, + KL loss) of one micro-batch; backward."""

@@ -88,3 +88,22 @@ def test_mini_batches_partition_rows() -> None:
     assert [p.num_rows for p in parts] == [3, 2]
     assert sorted(r for p in parts for r in p.returns.tolist()) == batch.returns.tolist()
     assert len(mini_batches(batch, 10)) == 5
+
+
+def test_mini_batches_keep_groups_and_trajectories_whole() -> None:
+    # 3 groups: 2 one-row trajectories, a trajectory of 2 per-turn rows plus one of 1, and one
+    trajs = [
+        _traj(0, [1.0], [_sample(2, 2)]),
+        _traj(0, [0.0], [_sample(2, 2)]),
+        _traj(1, [1.0, 0.0], [_sample(2, 1, 0), _sample(3, 1, 1)]),
+        _traj(1, [2.0], [_sample(2, 2)]),
+        _traj(2, [3.0], [_sample(2, 2)]),
+    ]
+    batch = to_batch(trajs, pad_id=0)
+    for seed in range(4):
+        parts = mini_batches(batch, 4, generator=torch.Generator().manual_seed(seed))
+        assert len(parts) == 3  # never more parts than groups
+        for p in parts:
+            assert p.group_ids.unique().numel() == 1
+            (group,) = p.group_ids.unique().tolist()
+            assert p.num_rows == int((batch.group_ids == group).sum())

@@ -12,6 +12,7 @@ from trainer_envs import VowelCount
 from agentrl.algos.presets import load_preset, preset_algo_config
 from agentrl.config import ConfigError, load_config
 from agentrl.envs import register
+from agentrl.train.batch import to_batch
 from agentrl.train.trainer import Trainer, replay_queue
 from agentrl.trajectory.types import Trajectory, Turn
 
@@ -184,3 +185,33 @@ def test_per_move_credit_matches_the_states_of_a_real_rollout(tmp_path) -> None:
     assert len(set(ids)) == len(set(prompts)) == len(pairs)  # one id per distinct prompt
     assert len(pairs) > len(batch.group_ids.unique())  # later turns reach other states
     assert "advantage/advantage_abs_mean" in metrics
+
+
+def test_rows_without_credit_are_skipped_without_changing_the_update(tmp_path) -> None:
+    # GRPO without KL or entropy: a row whose advantages are all 0 (an all-solved or all-failed
+    # group) adds nothing to the loss; leaving it out of the passes gives the same gradient.
+    trainer = _trainer(tmp_path, "grpo", "algo.kl_coef=0", "algo.num_mini_batches=1")
+    grads: list[list[torch.Tensor]] = []
+
+    def record_and_drop() -> float:  # in place of the optimizer step: keep the gradient
+        params = [p for p in trainer.policy.model.parameters() if p.requires_grad]
+        grads.append([p.grad.clone() for p in params])
+        trainer.policy.optimizer.zero_grad(set_to_none=True)
+        return 1.0
+
+    try:
+        batch = to_batch(trainer.rollout(1).trajectories, pad_id=trainer.pad_id)
+        trainer.score(batch)
+        trainer.advantages(batch)
+        batch.advantages[: batch.num_rows // 2] = 0.0  # some rows without credit for sure
+        assert 0 < trainer._rows_with_credit(batch, train_policy=True).num_rows < batch.num_rows
+        trainer.policy.step = record_and_drop
+        trainer.update(batch)
+        trainer._rows_with_credit = lambda b, train_policy: b  # every row, as without the skip
+        trainer.update(batch)
+    finally:
+        trainer.close()
+    skipped, full = grads
+    assert any(g.abs().sum() > 0 for g in full)
+    for a, b in zip(skipped, full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
