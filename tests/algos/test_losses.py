@@ -338,6 +338,36 @@ def test_traj_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight() -
     assert fail == pytest.approx(-2.5 * success)
 
 
+def test_state_rloo_with_token_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight():
+    # The same two episodes under per-move credit: both act in the room's first state, then
+    # part (every later state is visited once). Only the first move differs in credit, so
+    # weighing every token alike (token-mean) leaves their total weights equal and opposite.
+    from agentrl.algos.config import AlgoConfig
+    from agentrl.algos.estimate import compute_advantages
+
+    traj_ids = torch.tensor([0] * 10 + [1] * 4)
+    mask = torch.ones(14, 2)
+    turn_ids = torch.cat([torch.arange(10), torch.arange(4)]).unsqueeze(-1).expand(14, 2)
+    turn_rewards = torch.zeros(14, 10)
+    turn_rewards[10:, 3] = 1.0  # the success's last turn
+    states = torch.full((14, 10), -1)
+    states[:10] = torch.arange(10)  # the failure: states 0..9
+    states[10:, :4] = torch.tensor([0, 20, 21, 22])  # the success: state 0, then its own
+    adv = compute_advantages(
+        AlgoConfig(estimator="state-rloo", reward_level="turn"), loss_mask=mask,
+        turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=torch.zeros(14),
+        traj_ids=traj_ids, state_ids=states,
+    ).advantages  # fmt: skip
+    logp = torch.zeros(14, 2, requires_grad=True)
+    loss, _ = policy_loss(logp, torch.zeros(14, 2), adv, mask, agg="token-mean")
+    loss.backward()
+    grad = -logp.grad.sum(-1)
+    fail, success = float(grad[traj_ids == 0].sum()), float(grad[traj_ids == 1].sum())
+    assert fail < 0 < success
+    assert fail == pytest.approx(-success)
+    assert (grad[1:10] == 0).all() and (grad[11:] == 0).all()  # only the first moves differ
+
+
 def test_count_trajs_counts_a_split_trajectory_once() -> None:
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]])
     traj_tokens = torch.tensor([3.0, 3.0, 3.0])  # rows 0-1 are one trajectory, row 2 another
