@@ -275,9 +275,14 @@ class Trainer:
             if step == 1 and self.critic_warmup_steps:
                 with timer("critic_fit"):
                     self.fit_value_head(batch)
-            with timer("score"):
-                metrics |= self.score(batch)  # old_logp, ref_logp, old_values
-            metrics |= self.advantages(batch)  # batch.advantages, batch.value_targets [B, T]
+            if self._credit_before_scoring:  # score only the rows the update will train
+                metrics |= self.advantages(batch)
+                with timer("score"):
+                    metrics |= self.score(batch, rows=self._credited_rows(batch))
+            else:
+                with timer("score"):
+                    metrics |= self.score(batch)  # old_logp, ref_logp, old_values
+                metrics |= self.advantages(batch)  # batch.advantages, value_targets [B, T]
             with timer("update"):
                 metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
             metrics |= filter_metrics
@@ -429,14 +434,41 @@ class Trainer:
         kl_in_reward = a.use_reference and a.kl_in_reward
         return a.ppo_epochs == 1 and a.num_mini_batches == 1 and not kl_in_reward
 
+    @property
+    def _skips_rows_without_credit(self) -> bool:
+        """The loss has no term besides the policy loss (no entropy bonus, no KL loss, no
+        critic): a row whose advantages are all 0 adds nothing to it or to its gradient."""
+        a = self.cfg.algo
+        return a.entropy_coef == 0 and not a.use_kl_loss and self.critic is None
+
+    @property
+    def _credit_before_scoring(self) -> bool:
+        """The advantages need nothing the scoring pass computes (no critic values, no KL in
+        the reward) and rows without credit are not trained: the advantages come first and
+        only the credited rows are scored."""
+        a = self.cfg.algo
+        kl_in_reward = a.use_reference and a.kl_in_reward
+        return self._skips_rows_without_credit and not kl_in_reward
+
+    @staticmethod
+    def _credited_rows(batch: TrainBatch) -> torch.Tensor:
+        """Indices of the rows with a non-zero advantage on some trained token."""
+        credited = ((batch.advantages != 0) & batch.loss_mask.bool()).any(dim=1)
+        return credited.nonzero().squeeze(-1)
+
     @torch.no_grad()
-    def score(self, batch: TrainBatch) -> dict[str, float]:
+    def score(self, batch: TrainBatch, *, rows: torch.Tensor | None = None) -> dict[str, float]:
         """Fill `old_logp` (unless `single_update`), `ref_logp` and `old_values` with the
-        weights before the update."""
+        weights before the update; with `rows`, only those rows are scored (0 elsewhere)."""
         device = self.policy.device
         old_logp, ref_logp, old_values = [], [], []
         batch.row_index = torch.arange(batch.num_rows)
-        parts = micro_batches(self._local_rows(batch), self.cfg.trainer.micro_batch_tokens)
+        scored = batch if rows is None else batch.rows(rows)  # keeps each row's row_index
+        parts = (
+            micro_batches(self._local_rows(scored), self.cfg.trainer.micro_batch_tokens)
+            if scored.num_rows
+            else []
+        )
         num_idle = max_over_ranks(len(parts)) - len(parts)  # agreed before any forward
         for part in parts:
             part_dev = _to(part, device)
@@ -624,11 +656,9 @@ class Trainer:
         a row whose advantages are all 0 adds nothing to the loss or its gradient, so it is
         left out of the forward and backward passes (the normalisers were counted over the
         whole mini-batch, so the loss is unchanged). Otherwise every row."""
-        a = self.cfg.algo
-        if not train_policy or a.entropy_coef > 0 or a.use_kl_loss or self.critic is not None:
+        if not train_policy or not self._skips_rows_without_credit:
             return batch
-        credited = ((batch.advantages != 0) & batch.loss_mask.bool()).any(dim=1)
-        return batch.rows(credited.nonzero().squeeze(-1))
+        return batch.rows(self._credited_rows(batch))
 
     def _policy_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
         """Policy loss (+ entropy bonus, + KL loss) of one micro-batch; backward."""

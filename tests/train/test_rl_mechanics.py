@@ -215,3 +215,26 @@ def test_rows_without_credit_are_skipped_without_changing_the_update(tmp_path) -
     assert any(g.abs().sum() > 0 for g in full)
     for a, b in zip(skipped, full, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_only_credited_rows_are_scored_and_they_score_as_in_the_full_pass(tmp_path) -> None:
+    trainer = _trainer(tmp_path, "grpo", "algo.kl_coef=0")
+    assert trainer._credit_before_scoring
+    try:
+        batch = to_batch(trainer.rollout(1).trajectories, pad_id=trainer.pad_id)
+        trainer.advantages(batch)
+        batch.advantages[: batch.num_rows // 2] = 0.0
+        rows = trainer._credited_rows(batch)
+        assert 0 < rows.numel() < batch.num_rows
+        trainer.score(batch)
+        full = batch.old_logp.clone()
+        trainer.score(batch, rows=rows)
+        part = batch.old_logp
+        metrics = trainer.train_step()  # the whole step takes this path
+    finally:
+        trainer.close()
+    torch.testing.assert_close(part[rows], full[rows])
+    others = torch.ones(batch.num_rows, dtype=torch.bool)
+    others[rows] = False
+    assert (part[others] == 0).all() and (full[others] != 0).any()
+    assert metrics["time/score"] >= 0 and "actor/pg_loss" in metrics
