@@ -2,8 +2,9 @@
 
 Each *variant* is a preset plus config overrides (`VARIANTS`; a plain preset name works too):
 `rl` is `agentrl train --env sokoban`'s RL (the CPU defaults in
-`agentrl/train/defaults/cpu-sokoban.yaml`: StarPO-S with per-move credit, turn-level GAE and a
-warmed-up critic), `rft` is rejection-sampling fine-tuning (SFT on the policy's own solved
+`agentrl/train/defaults/cpu-sokoban.yaml`: StarPO-S, trajectory-level GAE with a warmed-up
+critic), `rl-state` is per-move credit without a critic (`estimator: state-rloo`: each move's
+discounted return-to-go against the batch's other visits of the same state), `rft` is rejection-sampling fine-tuning (SFT on the policy's own solved
 episodes, same rollouts and budget: the imitation baseline RL must beat), `old` is the RL of
 before issue 14 (one return per trajectory, token-mean, one optimizer step per rollout).
 For each variant and seed, train from the starting policy for the same budget (steps and/or
@@ -55,9 +56,12 @@ VARIANTS: dict[str, tuple[str | None, list[str]]] = {
         [
             "algo.estimator=state-rloo",
             "algo.reward_level=turn",
+            "algo.turn_gamma=0.9",
             "algo.kl_coef=0",
             "algo.normalize_rewards=true",
             "algo.loss_agg=token-mean",
+            "algo.num_mini_batches=2",
+            "optim.lr=5e-5",
         ],
     ),
     "rft": (

@@ -120,7 +120,10 @@ def train(
         str | None,
         typer.Option(
             "--preset",
-            help="Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++.",
+            help=(
+                "Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++, "
+                "state-rloo."
+            ),
         ),
     ] = None,
     steps: Annotated[

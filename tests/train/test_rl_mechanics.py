@@ -42,7 +42,7 @@ def _trainer(tmp_path, preset: str, *overrides: str) -> Trainer:
     return Trainer(cfg, tmp_path)
 
 
-@pytest.mark.parametrize("preset", ["grpo", "starpo-s"])
+@pytest.mark.parametrize("preset", ["grpo", "starpo-s", "state-rloo"])
 def test_presets_that_clip_take_several_steps_and_the_clip_acts(tmp_path, preset) -> None:
     assert preset_algo_config(preset).clips
     trainer = _trainer(tmp_path / preset, preset, "algo.filter_keep_ratio=null")
@@ -148,7 +148,11 @@ def test_every_preset_resolves_with_the_sokoban_defaults() -> None:
         cfg = resolve_train_config(
             config_file=None, overrides=[], preset=preset, flags={"env.name": "sokoban"}
         )
-        assert cfg.algo.clips and cfg.algo.loss_agg == "traj-mean-token-mean"
+        assert cfg.algo.clips
+        # every trajectory weighs the same, whatever its turns: per-move credit with every
+        # move weighed alike has that effect (tests/algos/test_losses.py)
+        per_move = cfg.algo.estimator == "state-rloo" and cfg.algo.loss_agg == "token-mean"
+        assert per_move or cfg.algo.loss_agg == "traj-mean-token-mean"
         assert cfg.trainer.first_seed >= cfg.warm_start.num_episodes
 
 
