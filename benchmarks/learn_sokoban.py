@@ -2,11 +2,12 @@
 
 Each *variant* is a preset plus config overrides (`VARIANTS`; a plain preset name works too):
 `rl` is `agentrl train --env sokoban`'s RL (the CPU defaults in
-`agentrl/train/defaults/cpu-sokoban.yaml`: StarPO-S, trajectory-level GAE with a warmed-up
-critic), `rl-state` is per-move credit without a critic (`estimator: state-rloo`: each move's
-discounted return-to-go against the batch's other visits of the same state), `rft` is rejection-sampling fine-tuning (SFT on the policy's own solved
-episodes, same rollouts and budget: the imitation baseline RL must beat), `old` is the RL of
-before issue 14 (one return per trajectory, token-mean, one optimizer step per rollout).
+`agentrl/train/defaults/cpu-sokoban.yaml`: the `state-rloo` preset, per-move credit without a
+critic: each move's discounted return-to-go against the batch's other visits of the same
+state; `rl-state` names the preset itself), `starpo-s` is the default before it (StarPO-S,
+trajectory-level GAE with a warmed-up critic, lr 1e-4), `rft` is rejection-sampling
+fine-tuning (SFT on the policy's own solved episodes, same rollouts and budget: the imitation
+baseline RL must beat), `old` is the RL of before issue 14 (one return per trajectory, token-mean, one optimizer step per rollout).
 For each variant and seed, train from the starting policy for the same budget (steps and/or
 wall-clock minutes), then evaluate on the fixed validation protocol: `--eval-episodes`
 validation seeds from 1,000,000 (disjoint from training seeds), success = solved within the
@@ -47,23 +48,12 @@ ENV = "sokoban"
 SEED_OFFSET = 1_000_000
 
 VARIANTS: dict[str, tuple[str | None, list[str]]] = {
-    # name: (preset, overrides); preset None is the env's own (StarPO-S for Sokoban)
+    # name: (preset, overrides); preset None is the env's own (state-rloo for Sokoban)
     "rl": (None, []),
-    "rl-turn": (None, ["algo.estimator=turn-gae", "algo.reward_level=turn"]),
+    "rl-state": ("state-rloo", []),
+    "starpo-s": ("starpo-s", ["optim.lr=1e-4"]),
+    "rl-turn": ("starpo-s", ["algo.estimator=turn-gae", "algo.reward_level=turn"]),
     "rl-grpo": ("grpo", ["algo.reward_level=turn", "algo.kl_coef=0"]),
-    "rl-state": (
-        "grpo",
-        [
-            "algo.estimator=state-rloo",
-            "algo.reward_level=turn",
-            "algo.turn_gamma=0.9",
-            "algo.kl_coef=0",
-            "algo.normalize_rewards=true",
-            "algo.loss_agg=token-mean",
-            "algo.num_mini_batches=2",
-            "optim.lr=5e-5",
-        ],
-    ),
     "rft": (
         "grpo",
         [
@@ -74,7 +64,7 @@ VARIANTS: dict[str, tuple[str | None, list[str]]] = {
         ],
     ),
     "old": (
-        None,
+        "starpo-s",
         [
             "algo.estimator=gae",
             "algo.reward_level=trajectory",
@@ -83,6 +73,7 @@ VARIANTS: dict[str, tuple[str | None, list[str]]] = {
             "algo.value_clip_eps=0.2",
             "algo.normalize_rewards=false",
             "algo.critic_warmup_steps=0",
+            "optim.lr=1e-4",
         ],
     ),
 }

@@ -68,7 +68,7 @@ def test_train_writes_the_run_directory(trained_run) -> None:
         assert key in records[-1], key
     cfg = yaml.safe_load((trained_run / "config.yaml").read_text())
     assert cfg["env"]["name"] == "sokoban" and cfg["model"]["name"] == "tiny"
-    assert cfg["algo"]["estimator"] == "gae"  # Sokoban's default preset: starpo-s
+    assert cfg["algo"]["estimator"] == "state-rloo"  # Sokoban's default preset
     assert list((trained_run / "tensorboard").glob("events.out.tfevents.*"))
     assert (trained_run / "trajectories" / "step_000002.jsonl").is_file()  # the rollout's name
     assert (trained_run / "checkpoints" / "step-000002" / "policy" / "model").is_dir()
