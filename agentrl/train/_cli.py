@@ -146,7 +146,7 @@ def train(
     """Train a policy with RL on a multi-turn env.
 
     CPU defaults: SmolLM2-135M with GRPO; for `sokoban`, the `tiny` model with a warm start on
-    the solver's episodes, then StarPO-S (agentrl/train/defaults/cpu-sokoban.yaml).
+    the solver's episodes, then the state-rloo preset (agentrl/train/defaults/cpu-sokoban.yaml).
     """
     from agentrl.algos.presets import UnknownPresetError
     from agentrl.config import ConfigError, dump_config
