@@ -43,6 +43,12 @@ def test_every_preset_gives_finite_advantages_on_trained_tokens_only(preset) -> 
         values=values if algo.use_critic else None,
         old_logp=logp,
         ref_logp=ref,
+        # every trajectory starts in one state, then each turn is a state of its own
+        state_ids=torch.where(
+            turn_rewards.new_ones(turn_rewards.shape).cumsum(-1) > 1,
+            torch.arange(turn_rewards.numel()).reshape(turn_rewards.shape) + 1,
+            0,
+        ),
     )
     assert out.advantages.shape == mask.shape
     assert torch.isfinite(out.advantages).all()
