@@ -190,7 +190,8 @@ def micro_batches(batch: TrainBatch, max_tokens: int) -> list[TrainBatch]:
     """Split into micro-batches whose padded size (rows x longest row) stays within
     `max_tokens`; a row longer than the budget gets a micro-batch of its own.
 
-    Rows are grouped by length (longest first) so little compute goes to padding.
+    Rows are grouped by length (longest first) so little compute goes to padding; a batch
+    without rows gives no micro-batch.
     """
     lengths = batch.attention_mask.sum(dim=1)
     order = torch.argsort(lengths, descending=True, stable=True).tolist()

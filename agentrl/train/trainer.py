@@ -464,11 +464,7 @@ class Trainer:
         old_logp, ref_logp, old_values = [], [], []
         batch.row_index = torch.arange(batch.num_rows)
         scored = batch if rows is None else batch.rows(rows)  # keeps each row's row_index
-        parts = (
-            micro_batches(self._local_rows(scored), self.cfg.trainer.micro_batch_tokens)
-            if scored.num_rows
-            else []
-        )
+        parts = micro_batches(self._local_rows(scored), self.cfg.trainer.micro_batch_tokens)
         num_idle = max_over_ranks(len(parts)) - len(parts)  # agreed before any forward
         for part in parts:
             part_dev = _to(part, device)
@@ -613,11 +609,7 @@ class Trainer:
                     "global_num_trajs": float(totals[2]),
                 }
                 credited = self._rows_with_credit(local, train_policy=train_policy)
-                micros = (
-                    micro_batches(credited, self.cfg.trainer.micro_batch_tokens)
-                    if credited.num_rows
-                    else []
-                )
+                micros = micro_batches(credited, self.cfg.trainer.micro_batch_tokens)
                 max_micros = max_over_ranks(len(micros))  # agreed before any forward
                 if not max_micros:  # no credit anywhere in this mini-batch: no step
                     continue
