@@ -20,6 +20,7 @@ import functools
 import os
 import statistics
 import time
+from dataclasses import replace
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -50,12 +51,15 @@ def main() -> None:
     from agentrl.rollout.engine import SamplingParams
     from agentrl.rollout.loop import rollout
     from agentrl.rollout.models import load_tokenizer, resolve_model
+    from agentrl.train.engines import SeededEngine
     from agentrl.trajectory.bridge import ChatBridge
 
     model = str(resolve_model(args.model))
     tok = load_tokenizer(model)
     bridge = ChatBridge(tok)
-    engines = {name: build_engine(model, name) for name in args.engines.split(",")}
+    # as in training and eval: each episode and turn gets its own seed from the rollout's
+    # base seed (a bare engine would give every episode of a group the same ids)
+    engines = {name: SeededEngine(build_engine(model, name)) for name in args.engines.split(",")}
     sampling = SamplingParams(
         temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=0
     )
@@ -88,7 +92,7 @@ def main() -> None:
                         seeds,
                         group_size=args.group_size,
                         cfg=cfg,
-                        sampling=sampling,
+                        sampling=replace(sampling, seed=i + 1),
                         bridge=bridge,
                     )
                     wall = time.perf_counter() - t0
