@@ -6,7 +6,7 @@ repeats alternate between the engines, so a load spike on this shared machine hi
 Printed per env and engine: sampled tokens per second, episodes per second, mean sampled
 tokens per episode, and vllm's speed-up over hf (ratio of the medians).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/smollm2_engines.py          # ~6 min, 2 cores
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/smollm2_engines.py          # ~10 min, 2 cores
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/smollm2_engines.py --envs bandit --repeats 1
 
 Both engines sample at the same temperature and token limit, but their random draws differ,
