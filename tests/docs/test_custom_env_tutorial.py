@@ -36,6 +36,8 @@ def _run_doctest(body: str, name: str, project: Path, monkeypatch: pytest.Monkey
         "agentrl.envs.registry"
     )  # the module, not the function
 
+    registry_module.registry()  # load the built-ins first: restoring an unloaded (empty)
+    # snapshot after the doctest loaded them would leave the registry empty but "loaded"
     saved_registry = dict(registry_module._REGISTRY)
     monkeypatch.chdir(project)
     monkeypatch.syspath_prepend(str(project))
