@@ -51,6 +51,7 @@ VARIANTS: dict[str, tuple[str | None, list[str]]] = {
     # name: (preset, overrides); preset None is the env's own (state-rloo for Sokoban)
     "rl": (None, []),
     "rl-state": ("state-rloo", []),
+    "rl-branch": ("state-rloo", ["trainer.branch_states=64"]),
     "starpo-s": ("starpo-s", ["optim.lr=1e-4"]),
     "rl-turn": ("starpo-s", ["algo.estimator=turn-gae", "algo.reward_level=turn"]),
     "rl-grpo": ("grpo", ["algo.reward_level=turn", "algo.kl_coef=0"]),

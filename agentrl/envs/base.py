@@ -92,6 +92,13 @@ class TokenEnv(gym.Env):
         )
         return choices[int(rng.integers(len(choices)))]
 
+    def candidate_answers(self) -> list[str]:
+        """Every answer worth trying in the current state, for all-action branches
+        (`trainer.branch_states`): an env with a small set of moves lists one answer per
+        move. The default, `[]`, means the env offers none, and no branch is made.
+        """
+        return []
+
     def require_reset(self) -> None:
         """Raise a clear error when `step` comes before `reset`."""
         if not self._has_reset:

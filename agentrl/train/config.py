@@ -76,6 +76,12 @@ class TrainerConfig(_Section):
     group had mixed outcomes (some episodes succeeded, some not: where the gradient is), each
     once; the rest are fresh seeds, so rooms the policy already solves keep coming and are not
     forgotten. 0: fresh seeds only."""
+    branch_states: int = Field(default=0, ge=0)
+    """All-action branches (`agentrl.train.branch`): at up to this many distinct states the
+    step's episodes visited, every other answer the env offers (`candidate_answers`) is played
+    and the policy plays on from there, so `state-rloo` credits moves the policy would not
+    have tried. Needs `algo.estimator: state-rloo`, `rollout.history_turns: 0` and the local
+    backend. 0: off."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

@@ -38,6 +38,7 @@ from agentrl.algos.losses import (
 from agentrl.config import TrainConfig
 from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.loop import RolloutResult, rollout
+from agentrl.train import branch
 from agentrl.train._ranks import (
     barrier,
     broadcast_object,
@@ -160,6 +161,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
         _check_env(cfg.env.name, cfg.env.kwargs)  # a bad kwarg fails now, before model work
+        _check_branches(cfg)
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
         _seed_everything(cfg.seed)
@@ -256,14 +258,16 @@ class Trainer:
         with timer("rollout"):
             result = broadcast_object(self.next_rollout(step))  # rank 0's rollout, everywhere
         trajs = result.trajectories
+        self._fill_forced_logp(trajs)
         self.save_trajectories(step, trajs)
-        metrics = trajectory_stats(trajs) | result.metrics
-        self._update_replay(trajs)
+        sampled = [t for t in trajs if not branch.is_branch(t)]  # the step's own episodes
+        metrics = trajectory_stats(sampled) | result.metrics
+        self._update_replay(sampled)
         trainable = [t for t in trajs if t.status.trainable]
         if trainable:
+            returns = [t.total_reward for t in sampled if t.status.trainable]
             self.state = replace(
-                self.state,
-                return_stats=_welford(self.state.return_stats, [t.total_reward for t in trainable]),
+                self.state, return_stats=_welford(self.state.return_stats, returns)
             )
             keep, filter_metrics = self.filter(trainable)
             if algo.estimator == "rft":  # rejection sampling: imitate the successes only
@@ -358,7 +362,7 @@ class Trainer:
         (None on ranks without an engine: they receive rank 0's rollout)."""
         if self.engine is None:
             return None
-        return rollout(
+        result = rollout(
             self.engine,
             self.env_factory,
             self.tokenizer,
@@ -369,6 +373,76 @@ class Trainer:
             env_name=self.cfg.env.name,
             bridge=self.bridge,
         )
+        if self.cfg.trainer.branch_states:
+            result = self.with_branches(step, result)
+        return result
+
+    def with_branches(self, step: int, result: RolloutResult) -> RolloutResult:
+        """`result` plus its all-action branches (`trainer.branch_states`, `agentrl.train.branch`):
+        at up to that many of the states its episodes visited, every answer the env offers
+        that no visit gave, each followed by the policy to the end of the episode."""
+        start = time.perf_counter()
+        base = result.trajectories
+        rng = random.Random(self.cfg.seed * 1_000_003 + step)
+        branches, skipped = branch.choose_branches(
+            base, self.env_factory, max_states=self.cfg.trainer.branch_states, rng=rng
+        )
+        limit = self.cfg.rollout.max_turns or self.env_factory().max_turns
+        going = [b for b in branches if branch.continues(b, limit)]
+        continuations = iter(
+            rollout(
+                self.engine,
+                branch.branch_env_factory(self.env_factory, base, going, limit),
+                self.tokenizer,
+                list(range(len(going))),
+                group_size=1,
+                cfg=self.cfg.rollout,
+                sampling=self.sampling(step, seed_salt=1),
+                env_name=self.cfg.env.name,
+                bridge=self.bridge,
+            ).trajectories
+            if going
+            else []
+        )
+        extra = [
+            branch.branch_trajectory(
+                base[b.base],
+                b,
+                next(continuations) if branch.continues(b, limit) else None,
+                self.bridge,
+                turn_limit=limit,
+            )
+            for b in branches
+        ]
+        n = max(len(extra), 1)
+        metrics = {
+            "branch/num_branches": float(len(extra)),
+            "branch/num_states": float(len({(b.base, b.turn) for b in branches})),
+            "branch/skipped_states": float(skipped),
+            "branch/success_rate": sum(t.success for t in extra) / n,
+            "branch/num_sampled_tokens": float(sum(t.num_sampled_tokens for t in extra)),
+            "branch/wall_s": time.perf_counter() - start,
+        }
+        return RolloutResult(base + extra, result.metrics | metrics)
+
+    @torch.no_grad()
+    def _fill_forced_logp(self, trajs: list[Trajectory]) -> None:
+        """Give each branch's forced answer the policy's own logprob as its sampler logprob:
+        its importance weight is then 1 (the all-action update, `agentrl.train.branch`)."""
+        forced = [t.samples[0] for t in trajs if branch.is_branch(t) and t.samples]
+        if not forced:
+            return
+        rows = [Trajectory([s], [], "", 0, 0) for s in forced]
+        batch = to_batch(rows, pad_id=self.pad_id)
+        for part in micro_batches(batch, self.cfg.trainer.micro_batch_tokens):
+            part_dev = _to(part, self.policy.device)
+            logp, _ = token_logprobs(self.policy.model, part_dev, temperature=self.temperature)
+            for k, r in enumerate(part.row_index.tolist()):
+                sample = forced[r]
+                values = logp[k, : len(sample)].tolist()
+                sample.sampler_logp = [
+                    v if m else 0.0 for v, m in zip(values, sample.loss_mask, strict=True)
+                ]
 
     @functools.cached_property
     def bridge(self) -> ChatBridge:
@@ -854,6 +928,23 @@ def _check_env(name: str, kwargs: dict[str, Any]) -> None:
             f"env {name!r} could not be built with keyword arguments {given} (set by "
             f"env.<key> or env.kwargs.<key>): {type(e).__name__}: {e}"
         ) from e
+
+
+def _check_branches(cfg: TrainConfig) -> None:
+    """`trainer.branch_states` needs state credit, Markov prompts and one process."""
+    if not cfg.trainer.branch_states:
+        return
+    needs = {
+        "algo.estimator: state-rloo (it credits by visited state)": cfg.algo.estimator
+        == "state-rloo",
+        "rollout.history_turns: 0 (the prompt must be the state)": cfg.rollout.history_turns == 0,
+        "trainer.backend: local": cfg.trainer.backend == "local",
+    }
+    missing = [k for k, ok in needs.items() if not ok]
+    if missing:
+        raise ValueError(
+            f"trainer.branch_states={cfg.trainer.branch_states} needs " + ", ".join(missing)
+        )
 
 
 def _seed_everything(seed: int) -> None:

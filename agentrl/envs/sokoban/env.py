@@ -314,6 +314,10 @@ class SokobanEnv(TokenEnv):
         """Optimal next actions from the current position (an expert policy)."""
         return expert_actions(self.room, max_actions=max_actions)
 
+    def candidate_answers(self) -> list[str]:
+        """One answer per move: `<answer>Up</answer>`, ... (all-action branches)."""
+        return [f"<answer>{a}</answer>" for a in ACTIONS]
+
     def sample_action(self, rng: np.random.Generator) -> str:
         """A well-formed random answer: 1..`max_actions_per_turn` uniform actions."""
         n = int(rng.integers(1, self.max_actions_per_turn + 1))

@@ -1,0 +1,166 @@
+"""All-action branches: replays land in the base episode's states, a branch's states carry the
+ids the policy would have seen there, forced answers train with importance weight 1."""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+from agentrl.algos.presets import load_preset
+from agentrl.config import load_config
+from agentrl.envs import make
+from agentrl.rollout.models import load_tokenizer, resolve_model
+from agentrl.sft.data import expert_episode
+from agentrl.sft.expert import get_expert
+from agentrl.train import branch
+from agentrl.train.batch import to_batch, turn_state_ids
+from agentrl.train.trainer import Trainer, token_logprobs
+from agentrl.trajectory.bridge import ChatBridge
+
+LIMIT = 10
+ENV = partial(make, "sokoban", max_turns=LIMIT, max_actions_per_turn=1)
+
+
+@pytest.fixture(scope="module")
+def bridge() -> ChatBridge:
+    return ChatBridge(load_tokenizer(str(resolve_model("tiny"))))
+
+
+def _episode(bridge: ChatBridge, seed: int, noise: float = 0.0):
+    return expert_episode(
+        ENV(),
+        bridge,
+        get_expert("solver"),
+        seed,
+        history_turns=0,
+        noise=noise,
+        rng=np.random.default_rng(seed),
+    )
+
+
+def _long_episode(bridge: ChatBridge):
+    for seed in range(100):
+        traj = _episode(bridge, seed)
+        if traj.num_turns >= 4:
+            return traj
+    raise AssertionError("no solver episode of 4 or more turns in 100 rooms")
+
+
+def test_branches_try_every_other_answer_in_the_base_states(bridge) -> None:
+    base = _long_episode(bridge)
+    branches, skipped = branch.choose_branches([base], ENV, max_states=100, rng=random.Random(0))
+    assert skipped == 0
+    assert {b.turn for b in branches} == set(range(base.num_turns))
+    for t in range(base.num_turns):
+        tried = {b.answer for b in branches if b.turn == t}
+        assert base.turns[t].action_text not in tried
+        assert tried | {base.turns[t].action_text} == set(ENV().candidate_answers())
+    for b in branches:  # the recorded outcome is the env's own answer in that state
+        env, _ = branch.replay(ENV, base, b.turn)
+        obs, reward, terminated, truncated, _ = env.step(b.answer)
+        assert (b.observation, b.reward, b.terminated, b.truncated) == (
+            obs, reward, terminated, truncated
+        )  # fmt: skip
+
+
+def test_max_states_caps_the_states_and_a_state_visited_twice_branches_once(bridge) -> None:
+    base = _long_episode(bridge)
+    twin = _episode(bridge, base.seed)  # the same room, the same moves: the same states
+    branches, _ = branch.choose_branches([base, twin], ENV, max_states=2, rng=random.Random(1))
+    assert len({b.turn for b in branches}) == 2
+    assert {b.base for b in branches} == {0}  # each state from its first visit only
+    assert len(branches) == 2 * 3
+
+
+def test_a_replay_that_differs_from_the_episode_is_skipped(bridge) -> None:
+    base = _long_episode(bridge)
+    base.turns[0].observation = "not what the env shows"
+    branches, skipped = branch.choose_branches([base], ENV, max_states=100, rng=random.Random(0))
+    assert skipped == 1 and 1 not in {b.turn for b in branches}
+
+
+def test_a_branch_continues_in_the_states_the_base_episode_saw(bridge) -> None:
+    # Force the solver's own answer at turn 1 and let the solver play on in the BranchEnv:
+    # the branch then retraces the base episode, and every state id must match the base's.
+    base = _long_episode(bridge)
+    t = 1
+    env, _ = branch.replay(ENV, base, t)
+    obs, reward, terminated, truncated, info = env.step(base.turns[t].action_text)
+    forced = branch.Branch(
+        0, t, base.turns[t].action_text, reward, obs, terminated, truncated, info
+    )
+    assert branch.continues(forced, LIMIT)
+    make_env = branch.branch_env_factory(ENV, [base], [forced], LIMIT)
+    solver = get_expert("solver")
+    continuation = expert_episode(
+        make_env(), bridge, lambda env, n: solver(env.inner, n), 0, history_turns=0
+    )
+    traj = branch.branch_trajectory(base, forced, continuation, bridge, turn_limit=LIMIT)
+    assert branch.is_branch(traj) and not branch.is_branch(base)
+    assert traj.num_turns == base.num_turns - t
+    assert [x.action_text for x in traj.turns] == [x.action_text for x in base.turns[t:]]
+    assert traj.total_reward == pytest.approx(sum(x.reward for x in base.turns[t:]))
+    assert traj.success and traj.status == base.status
+    n = traj.num_turns
+    assert turn_state_ids(traj, n) == turn_state_ids(base, base.num_turns)[t:]
+    row = to_batch([traj], pad_id=0)
+    assert row.turn_ids.max() == n - 1  # the continuation's turns follow the forced one
+
+
+def test_branch_env_ends_where_the_base_turn_limit_would(bridge) -> None:
+    base = _long_episode(bridge)
+    specs = [(base.seed, tuple(x.action_text for x in base.turns[:2]), "<answer>Up</answer>", 2)]
+    env = branch.BranchEnv(ENV, specs, turn_limit=5)
+    env.reset(seed=0)
+    first = env.step("<answer>Down</answer>")  # turn 3 of 5
+    second = env.step("<answer>Down</answer>")  # turn 4: the last one
+    assert not first[2] and not first[3]
+    assert second[3] or second[2]
+
+
+def test_trainer_trains_forced_answers_with_importance_weight_one(tmp_path) -> None:
+    cfg = load_config(
+        overrides=[
+            "env.name=sokoban", "env.max_turns=3", "env.kwargs.max_actions_per_turn=1",
+            "model.name=tiny", "rollout.group_size=2", "rollout.max_turns=3",
+            "rollout.history_turns=0", "rollout.sampling.max_new_tokens=8",
+            "rollout.sampling.temperature=1.0",
+            "trainer.num_groups=2", "trainer.num_steps=1", "trainer.num_threads=1",
+            "trainer.branch_states=3", "checkpoint.every=0", "logging.progress=false",
+            "logging.tensorboard=false", "logging.save_trajectories=0",
+        ],
+        base=load_preset("state-rloo"),
+    )  # fmt: skip
+    trainer = Trainer(cfg, tmp_path)
+    try:
+        result = trainer.rollout(1)
+        sampled = [t for t in result.trajectories if not branch.is_branch(t)]
+        extra = [t for t in result.trajectories if branch.is_branch(t)]
+        assert len(sampled) == 4 and extra
+        assert result.metrics["branch/num_branches"] == len(extra)
+        assert result.metrics["branch/num_states"] <= 3
+        trainer._fill_forced_logp(result.trajectories)
+        forced = to_batch([t for t in extra], pad_id=trainer.pad_id)
+        mask = forced.loss_mask.bool() & (forced.turn_ids == 0)
+        assert (forced.sampler_logp[mask] < 0).all()  # filled: the policy's own logprobs
+        with torch.no_grad():
+            logp, _ = token_logprobs(trainer.policy.model, forced, temperature=trainer.temperature)
+        assert torch.allclose(logp[mask], forced.sampler_logp[mask], atol=1e-5)
+        metrics = trainer.train_step()
+        assert metrics["actor/tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert metrics["branch/num_branches"] > 0
+    finally:
+        trainer.close()
+
+
+def test_branches_need_state_credit_and_markov_prompts(tmp_path) -> None:
+    cfg = load_config(
+        overrides=["env.name=sokoban", "model.name=tiny", "trainer.branch_states=4"],
+        base=load_preset("grpo"),
+    )
+    with pytest.raises(ValueError, match="state-rloo.*history_turns: 0"):
+        Trainer(cfg, tmp_path)
