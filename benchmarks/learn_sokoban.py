@@ -18,6 +18,8 @@ result: the floor (a uniformly random policy) and the ceiling (the exact solver)
 The starting policy is `--init` (a model folder, e.g. from `agentrl sft`), or `--sft` runs
 the defaults' warm start once (SFT on the solver's episodes, as `agentrl train` does before
 RL; `--weak-start` makes it 16,384 episodes in one lr cycle) and every run starts from it.
+Its validation is kept in `~/.cache/agentrl/learn_sokoban/`, keyed by its weights and the
+protocol, so the next run from the same start skips it.
 
 Writes into `--out` (default results/): `learn_sokoban.md` (the table), `learn_sokoban.json`
 (every number), `learn_sokoban_curves.png` (curves of every run), `runs/` (each run's
@@ -140,6 +142,37 @@ def validation(model: str, num_episodes: int, max_new_tokens: int, cfg: Any) -> 
         )
         for name, temperature in (("t0.5", 0.5), ("greedy", 0.0))
     }
+
+
+def cached_validation(
+    model: str, num_episodes: int, max_new_tokens: int, cfg: Any, cache_dir: Path
+) -> dict[str, Any]:
+    """`validation` of a starting policy, kept in `cache_dir` under a key of the model's
+    weights and the protocol: an unchanged start is not validated again in the next run."""
+    import hashlib
+
+    weights = sorted(Path(model).glob("*.safetensors")) if Path(model).is_dir() else []
+    if not weights:  # a model id or alias: nothing to key the weights by
+        return validation(model, num_episodes, max_new_tokens, cfg)
+    key = hashlib.sha256()
+    for path in weights:
+        key.update(path.read_bytes())
+    protocol = [
+        num_episodes,
+        max_new_tokens,
+        SEED_OFFSET,
+        cfg.env.kwargs,
+        cfg.rollout.history_turns,
+    ]
+    key.update(json.dumps(protocol, sort_keys=True, default=str).encode())
+    path = cache_dir / f"{key.hexdigest()[:24]}.json"
+    if path.is_file():
+        print(f"starting policy's validation from the cache ({path})", flush=True)
+        return json.loads(path.read_text())
+    result = validation(model, num_episodes, max_new_tokens, cfg)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    return result
 
 
 def _pct(metrics: dict[str, float], key: str = "success") -> str:
@@ -377,7 +410,13 @@ def main() -> None:
         args.minutes = max(args.total_minutes - sft_wall_s / 60, 0.1)
         print(f"RL budget per run: {args.minutes:.1f} min", flush=True)
     cfg = base_config(None, list(args.set))
-    start = validation(init, args.eval_episodes, args.max_new_tokens, cfg)
+    start = cached_validation(
+        init,
+        args.eval_episodes,
+        args.max_new_tokens,
+        cfg,
+        Path.home() / ".cache/agentrl/learn_sokoban",
+    )
     print(f"starting policy {init}: T=0.5 {_pct(start['t0.5'])}, greedy {_pct(start['greedy'])}")
 
     jobs = [
