@@ -83,15 +83,18 @@ def choose_branches(
     *,
     max_states: int,
     rng: random.Random,
+    failed_first: bool = False,
 ) -> tuple[list[Branch], int]:
     """Up to `max_states` distinct states visited by `trajs` (drawn with `rng`), and at each
-    a `Branch` for every candidate answer that no visit of the state gave.
+    a `Branch` for every candidate answer that no visit of the state gave. With
+    `failed_first`, states that an episode which failed passed through are drawn first.
 
     Returns the branches and the number of drawn states skipped because the replay did not
     reproduce the base episode's observation (a nondeterministic env).
     """
     first_visit: dict[int, tuple[int, int]] = {}
     answered: dict[int, set[str]] = {}
+    on_failed_path: set[int] = set()
     for i, traj in enumerate(trajs):
         if not traj.status.trainable or is_branch(traj):
             continue
@@ -100,8 +103,12 @@ def choose_branches(
                 continue
             first_visit.setdefault(sid, (i, t))
             answered.setdefault(sid, set()).add(traj.turns[t].action_text)
+            if not traj.success:
+                on_failed_path.add(sid)
     states = sorted(first_visit)
     rng.shuffle(states)
+    if failed_first:
+        states.sort(key=lambda sid: sid not in on_failed_path)  # stable: shuffled within
     branches: list[Branch] = []
     skipped = 0
     for sid in states[:max_states]:

@@ -82,6 +82,9 @@ class TrainerConfig(_Section):
     and the policy plays on from there, so `state-rloo` credits moves the policy would not
     have tried. Needs `algo.estimator: state-rloo`, `rollout.history_turns: 0` and the local
     backend. 0: off."""
+    branch_failed_first: bool = False
+    """With `branch_states`: draw the states that failed episodes passed through first (where
+    a move went wrong), then the others."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

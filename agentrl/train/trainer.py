@@ -385,7 +385,11 @@ class Trainer:
         base = result.trajectories
         rng = random.Random(self.cfg.seed * 1_000_003 + step)
         branches, skipped = branch.choose_branches(
-            base, self.env_factory, max_states=self.cfg.trainer.branch_states, rng=rng
+            base,
+            self.env_factory,
+            max_states=self.cfg.trainer.branch_states,
+            rng=rng,
+            failed_first=self.cfg.trainer.branch_failed_first,
         )
         limit = self.cfg.rollout.max_turns or self.env_factory().max_turns
         going = [b for b in branches if branch.continues(b, limit)]

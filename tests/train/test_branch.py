@@ -76,6 +76,18 @@ def test_max_states_caps_the_states_and_a_state_visited_twice_branches_once(brid
     assert len(branches) == 2 * 3
 
 
+def test_failed_first_draws_the_states_of_failed_episodes_first(bridge) -> None:
+    solved = _long_episode(bridge)
+    failed = _episode(bridge, solved.seed + 1)
+    failed.turns[-1].info = {**failed.turns[-1].info, "success": False}
+    assert solved.success and not failed.success
+    for seed in range(5):
+        branches, _ = branch.choose_branches(
+            [solved, failed], ENV, max_states=1, rng=random.Random(seed), failed_first=True
+        )
+        assert {b.base for b in branches} == {1}
+
+
 def test_a_replay_that_differs_from_the_episode_is_skipped(bridge) -> None:
     base = _long_episode(bridge)
     base.turns[0].observation = "not what the env shows"
