@@ -19,7 +19,8 @@ The starting policy is `--init` (a model folder, e.g. from `agentrl sft`), or `-
 the defaults' warm start once (SFT on the solver's episodes, as `agentrl train` does before
 RL; `--weak-start` makes it 16,384 episodes in one lr cycle) and every run starts from it.
 Its validation is kept in `~/.cache/agentrl/learn_sokoban/`, keyed by its weights and the
-protocol, so the next run from the same start skips it.
+protocol, so the next run from the same start skips it; `--validate-only` scores `--init`
+under the protocol and stops.
 
 Writes into `--out` (default results/): `learn_sokoban.md` (the table), `learn_sokoban.json`
 (every number), `learn_sokoban_curves.png` (curves of every run), `runs/` (each run's
@@ -386,6 +387,11 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], help="Train config override k=v.")
     p.add_argument("--keep-models", action="store_true", help="Keep final models in models/.")
     p.add_argument("--quick", action="store_true", help="Smoke run: tiny budget, 1 seed.")
+    p.add_argument(
+        "--validate-only",
+        action="store_true",
+        help="Score the starting policy (--init) under the validation protocol and stop.",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "results", help="Results folder.")
     args = p.parse_args()
     sft_set: list[str] = WEAK_START if args.weak_start else []
@@ -418,6 +424,13 @@ def main() -> None:
         Path.home() / ".cache/agentrl/learn_sokoban",
     )
     print(f"starting policy {init}: T=0.5 {_pct(start['t0.5'])}, greedy {_pct(start['greedy'])}")
+    if args.validate_only:
+        for name, metrics in start.items():
+            print(
+                f"  {name}: short (<=6 moves) {_pct(metrics, 'success_short')}, "
+                f"long (>=7) {_pct(metrics, 'success_long')}"
+            )
+        return
 
     jobs = [
         (variant, int(seed), out / "runs" / f"{variant}-s{seed}")
