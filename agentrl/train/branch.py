@@ -18,7 +18,14 @@ later prompts are the ones the policy would have seen) and an env whose `reset(s
 steps are deterministic (replays are checked against the base episode's observations).
 
     branches, skipped = choose_branches(trajs, env_factory, max_states=64, rng=rng)
-    extra = branch_trajectories(trajs, branches, continuations, bridge)
+    going = [b for b in branches if continues(b, limit)]
+    continuations = rollout(engine, branch_env_factory(env_factory, trajs, going, limit),
+                            tokenizer, list(range(len(going))), group_size=1).trajectories
+    extra = [branch_trajectory(trajs[b.base], b, next_continuation_or_None, bridge,
+                               turn_limit=limit) for b in branches]
+
+`Trainer.with_branches` does this each step; `Trainer._fill_forced_logp` then gives the forced
+answers their logprobs.
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 
 BRANCH_KEY = "branch"
-"""`Trajectory.reset_info` key of a branch: `{"base": i, "turn": t, "answer": text}`."""
+"""`Trajectory.reset_info` key of a branch: `{"turn": t, "answer": text}` (the base episode's
+turn it branched at, and the forced answer)."""
 
 
 def is_branch(traj: Trajectory) -> bool:
@@ -230,7 +238,7 @@ def branch_trajectory(
 ) -> Trajectory:
     """The branch as a trajectory that starts in its state: turn 0 is the forced answer
     (one per-turn sample: the state's prompt, then the answer's ids and the stop id, sampler
-    logprobs 0 until `fill_forced_logp`), then the continuation's turns, renumbered."""
+    logprobs 0 until the trainer fills them), then the continuation's turns, renumbered."""
     prompt = state_prompt_ids(base, branch.turn)
     ids = expert_ids(bridge, branch.answer)
     forced = Sample(
