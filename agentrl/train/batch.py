@@ -8,7 +8,7 @@ the per-turn samples of one trajectory share its return, group and turn rewards.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -95,13 +95,21 @@ def turn_state_ids(traj: Trajectory, num_turns: int) -> list[int]:
     (True, False, -1)
     """
     ids = [-1] * num_turns
+    for t, prompt in turn_prompts(traj):
+        if t < num_turns:
+            ids[t] = hash(tuple(prompt)) & (2**62 - 1)
+    return ids
+
+
+def turn_prompts(traj: Trajectory) -> Iterator[tuple[int, list[int]]]:
+    """`(turn, ids the engine was given before the turn's first sampled id)` for each turn
+    with sampled ids, sample by sample."""
     for sample in traj.samples:
         seen: set[int] = set()
         for i, (m, t) in enumerate(zip(sample.loss_mask, sample.turn_ids, strict=True)):
-            if m and t >= 0 and t not in seen and t < num_turns:
+            if m and t >= 0 and t not in seen:
                 seen.add(t)
-                ids[t] = hash(tuple(sample.token_ids[:i])) & (2**62 - 1)
-    return ids
+                yield t, list(sample.token_ids[:i])
 
 
 def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:

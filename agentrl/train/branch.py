@@ -38,7 +38,7 @@ from typing import Any
 
 from agentrl.envs.base import Observation, TokenEnv
 from agentrl.sft.data import expert_ids
-from agentrl.train.batch import turn_state_ids
+from agentrl.train.batch import turn_prompts, turn_state_ids
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 
@@ -221,10 +221,9 @@ def branch_env_factory(
 
 def state_prompt_ids(traj: Trajectory, turn: int) -> list[int]:
     """The ids the engine was given before `traj`'s turn `turn` (the state's prompt)."""
-    for sample in traj.samples:
-        for i, (m, t) in enumerate(zip(sample.loss_mask, sample.turn_ids, strict=True)):
-            if m and t == turn:
-                return list(sample.token_ids[:i])
+    for t, prompt in turn_prompts(traj):
+        if t == turn:
+            return prompt
     raise ValueError(f"trajectory has no sampled ids for turn {turn}")
 
 
