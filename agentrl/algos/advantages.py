@@ -28,6 +28,7 @@ __all__ = [
     "place_turn_rewards",
     "reinforce_pp_advantages",
     "rloo_advantages",
+    "state_baseline_fit",
     "state_rloo_advantages",
     "trajectory_returns",
     "turn_returns_to_go",
@@ -179,6 +180,34 @@ def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
     if visited.any():
         out[visited] = rloo_advantages(to_go[visited], state_ids[visited])
     return out
+
+
+def state_baseline_fit(to_go: Tensor, state_ids: Tensor) -> dict[str, float]:
+    """How well `state_rloo_advantages`' baseline (the mean return-to-go of the other visits
+    of the same state) predicts each turn's return-to-go, `[B, K], [B, K] -> stats`.
+
+    `baseline_explained_var` is `1 - Var(to_go - baseline) / Var(to_go)` over the turns whose
+    state was visited more than once (the critic's explained variance, for this Monte-Carlo
+    baseline; held out, since a visit's own return is not in its baseline);
+    `baseline_coverage` is the share of turns that have a baseline (the rest get credit 0).
+
+    >>> to_go = torch.tensor([[10.0, 11.0], [10.0, -1.0], [0.0, 0.0], [0.0, -1.0]])
+    >>> states = torch.tensor([[1, 2], [1, 3], [4, 5], [4, -1]])
+    >>> fit = state_baseline_fit(to_go, states)
+    >>> round(fit["baseline_explained_var"], 3), round(fit["baseline_coverage"], 3)
+    (1.0, 0.571)
+    """
+    visited = state_ids >= 0
+    t, ids = to_go[visited].double(), state_ids[visited]
+    _, inverse, counts = group_index(ids)
+    shared = counts[inverse] > 1
+    out = {"baseline_coverage": float(shared.double().mean()) if len(t) else 0.0}
+    target = t[shared]
+    if len(target) < 2 or float(target.var(unbiased=False)) == 0.0:
+        return out | {"baseline_explained_var": 0.0}
+    residual = rloo_advantages(t, ids)[shared]  # the return less the other visits' mean
+    var = float(residual.var(unbiased=False)) / float(target.var(unbiased=False))
+    return out | {"baseline_explained_var": 1.0 - var}
 
 
 def _masked_gae(

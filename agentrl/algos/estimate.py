@@ -30,6 +30,7 @@ from agentrl.algos.advantages import (
     place_turn_rewards,
     reinforce_pp_advantages,
     rloo_advantages,
+    state_baseline_fit,
     state_rloo_advantages,
     trajectory_returns,
     turn_level_gae,
@@ -220,6 +221,7 @@ def _one_row_each(
             _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
         )  # [B, K]
         adv = _on_turn_tokens(state_rloo_advantages(to_go, state_ids), turn_ids, m)
+        stats |= state_baseline_fit(to_go, state_ids)
     elif algo.estimator == "rft":  # the trainer kept only successful trajectories
         adv = mask.clone()
     elif algo.estimator == "reinforce++":

@@ -303,6 +303,13 @@ def test_state_rloo_credits_the_move_where_episodes_part_and_not_the_shared_ones
     close(out.advantages, torch.tensor([[5.5, 5.5, 0], [5.5, 5.5, 0], [-11, -11, 0]]), 1e-4)
     # the same first move in every episode: its credit sums to zero over the group
     close(out.advantages[:, 0].sum(), torch.tensor(0.0), 1e-4)
+    # the baseline's fit: 8 of the 9 turns have one; over them, returns-to-go against residuals
+    targets = torch.tensor([10.7, 10.7, -0.3, 10.8, 10.8, -0.2, 10.9, 10.9], dtype=torch.float64)
+    residuals = torch.tensor([5.5, 5.5, -11, 5.5, 5.5, -11, 0, 0], dtype=torch.float64)
+    assert out.stats["baseline_coverage"] == pytest.approx(8 / 9)
+    assert out.stats["baseline_explained_var"] == pytest.approx(
+        1 - float(residuals.var(unbiased=False) / targets.var(unbiased=False)), abs=1e-4
+    )
     with pytest.raises(ValueError, match="state_ids"):
         compute_advantages(
             AlgoConfig(estimator="state-rloo", reward_level="turn"),
