@@ -6,13 +6,14 @@ for the env's *current* state, in the env's answer format (e.g. `<answer>Up || L
 
 `solver` works for every env that exposes an exact policy: an `expert_answer(max_actions)`
 method (full answer text) or an `expert_actions(max_actions)` method (a list of action words,
-written as `<answer>A || B</answer>`). Register other experts by name:
+written as `<answer>A || B</answer>`). `random` plays uniformly random well-formed answers:
+SFT on it teaches the format, not the task. Register other experts by name:
 
 >>> register_expert("always-up", lambda env, max_actions: "<answer>Up</answer>")
 >>> get_expert("always-up")(None, None)
 '<answer>Up</answer>'
->>> sorted(experts())[:2]
-['always-up', 'solver']
+>>> sorted(experts())[:3]
+['always-up', 'random', 'solver']
 """
 
 from __future__ import annotations
@@ -83,3 +84,22 @@ def solver_expert(env: Any, max_actions: int | None = None) -> str:
 
 
 register_expert("solver", solver_expert)
+
+
+def random_expert(env: Any, max_actions: int | None = None) -> str:
+    """A uniformly random well-formed answer: one of `env.candidate_answers()` (Sokoban: one
+    move each) when the env lists them, else `env.sample_action`. It draws from the env's own
+    generator (`env.np_random`, seeded by `reset(seed=...)`), so an episode's moves depend only
+    on its seed. SFT on it teaches the answer format but not the task: the format-only warm
+    start (`agentrl sft --expert random`). `max_actions` is not used (candidate answers hold
+    one action each).
+    """
+    inner = getattr(env, "unwrapped", env)
+    rng = inner.np_random
+    choices = list(inner.candidate_answers())
+    if choices:
+        return choices[int(rng.integers(len(choices)))]
+    return str(inner.sample_action(rng))
+
+
+register_expert("random", random_expert)

@@ -49,3 +49,27 @@ def test_solver_expert_refuses_env_without_expert_method() -> None:
     env.reset(seed=0)
     with pytest.raises(NoExpertError, match="expert_actions"):
         solver_expert(env)
+
+
+def test_random_expert_plays_every_move_reproducibly_from_the_seed() -> None:
+    from collections import Counter
+
+    from agentrl.sft.expert import random_expert
+
+    def episode(seed: int) -> list[str]:
+        env = make("sokoban", max_turns=10)
+        env.reset(seed=seed)
+        answers = []
+        for _ in range(env.max_turns):
+            answers.append(random_expert(env))
+            _, _, terminated, truncated, _ = env.step(answers[-1])
+            if terminated or truncated:
+                break
+        return answers
+
+    assert episode(3) == episode(3)  # the env's seed fixes the moves
+    counts = Counter(a for seed in range(40) for a in episode(seed))
+    # one move per answer, all four moves, none much more often than the others
+    assert set(counts) == {f"<answer>{m}</answer>" for m in ("Up", "Down", "Left", "Right")}
+    assert max(counts.values()) < 1.5 * min(counts.values())
+    assert get_expert("random") is random_expert
