@@ -92,6 +92,10 @@ class AlgoConfig(BaseModel):
     does not move (so the critic's baseline is useful from the first policy update). The first
     step starts the value head at the least-squares fit of its returns (local backend).
     No effect without a critic (so an env's default holds under any preset)."""
+    critic_warmup_epochs: int = Field(1, ge=1)
+    """Passes over each warm-up step's batch (at least `ppo_epochs`). A value head on the
+    policy's trunk needs a few hundred optimizer steps before it predicts returns on rooms it
+    has not seen; several passes per warm-up rollout give it those steps."""
     normalize_rewards: bool = False
     """Divide rewards by the running std of the episode returns seen so far (no shift), so
     the critic regresses targets of unit scale whatever the env's reward scale."""

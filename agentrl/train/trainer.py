@@ -668,12 +668,14 @@ class Trainer:
     def update(self, batch: TrainBatch, *, train_policy: bool = True) -> dict[str, float]:
         """`ppo_epochs` passes of mini-batch updates; one optimizer step per mini-batch, with
         gradients accumulated over micro-batches and the loss normalised over the mini-batch.
-        `train_policy=False` (the critic's warm-up steps) updates only the critic."""
+        `train_policy=False` (the critic's warm-up steps) updates only the critic, in
+        `critic_warmup_epochs` passes when that is more."""
         a = self.cfg.algo
         device = self.policy.device
         records: list[tuple[float, dict[str, float]]] = []
         grad_norms, critic_grad_norms = [], []
-        for _epoch in range(a.ppo_epochs):
+        epochs = a.ppo_epochs if train_policy else max(a.ppo_epochs, a.critic_warmup_epochs)
+        for _epoch in range(epochs):
             for mini in mini_batches(batch, a.num_mini_batches, generator=self.generator):
                 local = self._local_rows(mini)
                 num_tokens, num_seqs = count_tokens_and_seqs(local.loss_mask)

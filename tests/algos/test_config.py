@@ -23,7 +23,7 @@ def test_config_keys_snapshot() -> None:
             "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward",
             "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
             "tis_cap", "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
-            "normalize_rewards",
+            "critic_warmup_epochs", "normalize_rewards",
         ]
     )  # fmt: skip
     for name, field in AlgoConfig.model_fields.items():

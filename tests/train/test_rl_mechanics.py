@@ -93,6 +93,23 @@ def test_critic_warmup_fits_the_value_head_before_the_policy_moves(tmp_path) -> 
     assert moved["reward/norm_scale"] > 0
 
 
+def test_critic_warmup_epochs_give_the_critic_more_steps_only_while_it_warms_up(tmp_path) -> None:
+    trainer = _trainer(
+        tmp_path, "starpo", "algo.critic_warmup_steps=1", "algo.critic_warmup_epochs=3",
+        "algo.num_mini_batches=2", "algo.filter_keep_ratio=null",
+    )  # fmt: skip
+    steps = []
+    inner = trainer.critic.step
+    trainer.critic.step = lambda: steps.append(1) or inner()
+    try:
+        trainer.train_step()  # warm-up: 3 passes x 2 mini-batches
+        warm, steps[:] = len(steps), []
+        trainer.train_step()  # the policy moves: ppo_epochs (1) x 2 mini-batches
+    finally:
+        trainer.close()
+    assert (warm, len(steps)) == (6, 2)
+
+
 def test_rl_seeds_stay_clear_of_expert_and_validation_seeds(tmp_path) -> None:
     trainer = _trainer(tmp_path, "grpo", "trainer.first_seed=1000", "eval.seed_offset=1010")
     try:
