@@ -47,15 +47,18 @@ def fatal_move(env: Any, trajectory: Any) -> tuple[str, int] | None:
     return None
 
 
-def main() -> None:
-    """Parse flags, play the seeds, print the breakdown."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("model", help="A model folder (or alias) trained on `sokoban`.")
-    p.add_argument("--episodes", type=int, default=1024, help="Validation seeds to play.")
-    p.add_argument("--temperature", type=float, default=0.5, help="Sampling temperature.")
-    p.add_argument("--threads", type=int, default=2, help="Torch threads.")
-    args = p.parse_args()
-
+def play(
+    model: str,
+    seeds: list[int],
+    *,
+    group_size: int,
+    temperature: float,
+    threads: int,
+    max_new_tokens: int = 24,
+) -> tuple[list[Any], Any]:
+    """Play `seeds` (`group_size` episodes each) with `model` under the settings of
+    `agentrl train --env sokoban` (its env kwargs, `history_turns`, context); the finished
+    trajectories and the env factory."""
     import torch
 
     from agentrl.config import TrainConfig
@@ -66,32 +69,49 @@ def main() -> None:
     from agentrl.train._cli import resolve_train_config
     from agentrl.train.engines import SeededEngine, build_engine
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
     cfg = resolve_train_config(
         config_file=None, overrides=[], preset=None, flags={"env.name": "sokoban"}
     )
     factory = functools.partial(make, "sokoban", **cfg.env.kwargs)
-    path = resolve_model(args.model)
+    path = resolve_model(model)
     engine = SeededEngine(build_engine(TrainConfig(), path))
     try:
         result = rollout(
             engine,
             factory,
             load_tokenizer(str(path)),
-            [SEED_OFFSET + i for i in range(args.episodes)],
-            group_size=1,
+            seeds,
+            group_size=group_size,
             cfg=RolloutConfig(
                 history_turns=cfg.rollout.history_turns,
                 max_context_tokens=cfg.rollout.max_context_tokens,
             ),
             sampling=SamplingConfig(
-                temperature=args.temperature, max_new_tokens=24, seed=0
+                temperature=temperature, max_new_tokens=max_new_tokens, seed=0
             ).to_params(),
             env_name="sokoban",
         )
     finally:
         engine.close()
-    trajs = result.trajectories
+    return result.trajectories, factory
+
+
+def main() -> None:
+    """Parse flags, play the seeds, print the breakdown."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="A model folder (or alias) trained on `sokoban`.")
+    p.add_argument("--episodes", type=int, default=1024, help="Validation seeds to play.")
+    p.add_argument("--temperature", type=float, default=0.5, help="Sampling temperature.")
+    p.add_argument("--threads", type=int, default=2, help="Torch threads.")
+    args = p.parse_args()
+    trajs, factory = play(
+        args.model,
+        [SEED_OFFSET + i for i in range(args.episodes)],
+        group_size=1,
+        temperature=args.temperature,
+        threads=args.threads,
+    )
     kinds: collections.Counter[str] = collections.Counter()
     by_length: dict[int, list[bool]] = collections.defaultdict(list)
     env = factory()

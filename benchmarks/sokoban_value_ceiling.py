@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -110,42 +109,16 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="Torch threads.")
     args = p.parse_args()
 
-    import torch
+    from sokoban_failures import play  # this folder's failure breakdown plays the same way
 
-    from agentrl.config import TrainConfig
-    from agentrl.envs import make
-    from agentrl.rollout.config import RolloutConfig, SamplingConfig
-    from agentrl.rollout.loop import rollout
-    from agentrl.rollout.models import load_tokenizer, resolve_model
-    from agentrl.train._cli import resolve_train_config
-    from agentrl.train.engines import SeededEngine, build_engine
-
-    torch.set_num_threads(args.threads)
-    cfg = resolve_train_config(
-        config_file=None, overrides=[], preset=None, flags={"env.name": "sokoban"}
+    trajs, factory = play(
+        args.model,
+        [FIRST_SEED + i for i in range(args.rooms)],
+        group_size=args.group_size,
+        temperature=args.temperature,
+        threads=args.threads,
+        max_new_tokens=16,
     )
-    factory = functools.partial(make, "sokoban", **cfg.env.kwargs)
-    path = resolve_model(args.model)
-    engine = SeededEngine(build_engine(TrainConfig(), path))
-    try:
-        result = rollout(
-            engine,
-            factory,
-            load_tokenizer(str(path)),
-            [FIRST_SEED + i for i in range(args.rooms)],
-            group_size=args.group_size,
-            cfg=RolloutConfig(
-                history_turns=cfg.rollout.history_turns,
-                max_context_tokens=cfg.rollout.max_context_tokens,
-            ),
-            sampling=SamplingConfig(
-                temperature=args.temperature, max_new_tokens=16, seed=0
-            ).to_params(),
-            env_name="sokoban",
-        )
-    finally:
-        engine.close()
-    trajs = result.trajectories
     rows = turn_rows(factory(), trajs)
     y = np.array([r["to_go"] for r in rows])
     success = np.mean([t.success for t in trajs])
