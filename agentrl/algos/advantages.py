@@ -182,7 +182,9 @@ def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
     return out
 
 
-def state_baseline_fit(to_go: Tensor, state_ids: Tensor) -> dict[str, float]:
+def state_baseline_fit(
+    to_go: Tensor, state_ids: Tensor, credit: Tensor | None = None
+) -> dict[str, float]:
     """How well `state_rloo_advantages`' baseline (the mean return-to-go of the other visits
     of the same state) predicts each turn's return-to-go, `[B, K], [B, K] -> stats`.
 
@@ -190,6 +192,7 @@ def state_baseline_fit(to_go: Tensor, state_ids: Tensor) -> dict[str, float]:
     state was visited more than once (the critic's explained variance, for this Monte-Carlo
     baseline; held out, since a visit's own return is not in its baseline);
     `baseline_coverage` is the share of turns that have a baseline (the rest get credit 0).
+    `credit`: `state_rloo_advantages(to_go, state_ids)` when the caller has it already.
 
     >>> to_go = torch.tensor([[10.0, 11.0], [10.0, -1.0], [0.0, 0.0], [0.0, -1.0]])
     >>> states = torch.tensor([[1, 2], [1, 3], [4, 5], [4, -1]])
@@ -205,7 +208,8 @@ def state_baseline_fit(to_go: Tensor, state_ids: Tensor) -> dict[str, float]:
     target = t[shared]
     if len(target) < 2 or float(target.var(unbiased=False)) == 0.0:
         return out | {"baseline_explained_var": 0.0}
-    residual = rloo_advantages(t, ids)[shared]  # the return less the other visits' mean
+    # the return less the other visits' mean: state-rloo's credit
+    residual = (rloo_advantages(t, ids) if credit is None else credit[visited].double())[shared]
     var = float(residual.var(unbiased=False)) / float(target.var(unbiased=False))
     return out | {"baseline_explained_var": 1.0 - var}
 

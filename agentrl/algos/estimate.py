@@ -220,8 +220,9 @@ def _one_row_each(
         to_go = turn_returns_to_go(
             _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
         )  # [B, K]
-        adv = _on_turn_tokens(state_rloo_advantages(to_go, state_ids), turn_ids, m)
-        stats |= state_baseline_fit(to_go, state_ids)
+        credit = state_rloo_advantages(to_go, state_ids)
+        adv = _on_turn_tokens(credit, turn_ids, m)
+        stats |= state_baseline_fit(to_go, state_ids, credit)
     elif algo.estimator == "rft":  # the trainer kept only successful trajectories
         adv = mask.clone()
     elif algo.estimator == "reinforce++":
