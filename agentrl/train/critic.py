@@ -26,7 +26,7 @@ def build_critic(policy: nn.Module) -> nn.Module:
     backbone_prefix = policy.base_model_prefix  # "model" for Llama, Qwen2, Mistral...
     backbone = getattr(policy, backbone_prefix)
     getattr(critic, critic.base_model_prefix).load_state_dict(backbone.state_dict())
-    head = critic.score if hasattr(critic, "score") else critic.classifier
+    head = value_head(critic)
     nn.init.zeros_(head.weight)
     if getattr(head, "bias", None) is not None:
         nn.init.zeros_(head.bias)
@@ -34,12 +34,33 @@ def build_critic(policy: nn.Module) -> nn.Module:
 
 
 def token_values(
-    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    critic: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    first_position: int | None = None,
 ) -> torch.Tensor:
     """Values aligned like token logprobs: `values[:, t]` is V(ids[:, :t]), the value of the
-    state in which token t was sampled; column 0 is 0. `[B, T]` float32."""
-    out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
-    return torch.nn.functional.pad(out[:, :-1], (1, 0))
+    state in which token t was sampled; column 0 is 0. `[B, T]` float32.
+
+    With `first_position` (the first column whose value is used, e.g. the first trained
+    token; for the plain, unwrapped critic), the prefix every row shares up to it is run once
+    (`agentrl.train.prefix`) and the values before it are 0.
+    """
+    if first_position is None or first_position < 1:
+        out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
+        return torch.nn.functional.pad(out[:, :-1], (1, 0))
+    from agentrl.train.prefix import shared_prefix_hidden
+
+    backbone = getattr(critic, critic.base_model_prefix)
+    hidden, offset = shared_prefix_hidden(backbone, input_ids, attention_mask, first_position - 1)
+    out = value_head(critic)(hidden[:, :-1]).squeeze(-1).float()  # values of columns offset+1..
+    return torch.nn.functional.pad(out, (offset + 1, 0))
+
+
+def value_head(critic: nn.Module) -> nn.Module:
+    """The critic's linear value head (`score` or `classifier`)."""
+    return critic.score if hasattr(critic, "score") else critic.classifier
 
 
 @torch.no_grad()
@@ -59,7 +80,7 @@ def fit_value_head(
     the scale of the returns; the fit starts the critic at the best linear read-out instead.
     """
     backbone = getattr(critic, critic.base_model_prefix)
-    head = critic.score if hasattr(critic, "score") else critic.classifier
+    head = value_head(critic)
     feats, ys = [], []
     for input_ids, attention_mask, targets, mask in parts:
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

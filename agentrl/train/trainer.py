@@ -565,10 +565,7 @@ class Trainer:
                 )
                 ref_logp.append(logp.float().cpu())
             if self.critic is not None:
-                values = token_values(
-                    self.critic.model, part_dev.input_ids, part_dev.attention_mask
-                )
-                old_values.append(values.cpu())
+                old_values.append(self._values(part_dev).cpu())
         for _ in range(num_idle):  # the same collectives on every rank
             idle = _to(batch.rows([0]), device)
             if not self.single_update:
@@ -795,10 +792,20 @@ class Trainer:
             values = token_values(self.critic.model, micro.input_ids, micro.attention_mask)
             self.critic.backward(values.sum() * 0.0)
 
+    def _values(self, batch: TrainBatch) -> torch.Tensor:
+        """The critic's `token_values` of `batch`; the prefix its rows share is run once when
+        the policy's scoring does so too (the plain model of the local backend)."""
+        first = None
+        if self._share_prefix and bool(batch.loss_mask.any()):
+            first = int(trained_positions(batch.loss_mask)[0])
+        return token_values(
+            self.critic.model, batch.input_ids, batch.attention_mask, first_position=first
+        )
+
     def _critic_backward(self, micro: TrainBatch, norm: dict[str, float]) -> dict[str, float]:
         """Clipped value loss of one micro-batch; backward into the critic."""
         a = self.cfg.algo
-        values = token_values(self.critic.model, micro.input_ids, micro.attention_mask)
+        values = self._values(micro)
         loss, stats = value_loss(
             values,
             micro.old_values,

@@ -47,7 +47,7 @@ def _count_forwards(model: torch.nn.Module) -> list[torch.Size]:
     real_forward = model.forward
 
     def counting_forward(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape)
+        calls.append((kwargs["input_ids"] if "input_ids" in kwargs else args[0]).shape)
         return real_forward(*args, **kwargs)
 
     model.forward = counting_forward  # type: ignore[method-assign]
@@ -130,3 +130,35 @@ def test_gradient_checkpointing_uses_the_plain_forward(tiny_model_path: Path) ->
     assert calls == [ids.shape]
     want = _loss_and_grads(model, _plain, ids, mask, keep)
     torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+def test_critic_values_with_shared_prefix_match_the_plain_forward(tiny_model_path: Path) -> None:
+    """`token_values(..., first_position=)` runs the shared prefix once and gives the plain
+    values, and their gradients, from that position on (0 before it)."""
+    from agentrl.train.critic import build_critic, token_values, value_head
+
+    critic = build_critic(_model(tiny_model_path))
+    torch.nn.init.normal_(value_head(critic).weight, std=0.5)  # a head that reads the trunk
+    ids, mask = _rows(prefix_len=48, tails=[20, 7, 13])
+    target = torch.randn(ids.shape, generator=torch.Generator().manual_seed(2))
+    weight = torch.zeros(ids.shape)
+    weight[:, 52:] = mask[:, 52:].float()
+
+    def values_and_grads(**kwargs):
+        critic.zero_grad()
+        values = token_values(critic, ids, mask, **kwargs)
+        (((values - target) ** 2) * weight).sum().backward()
+        return values.detach(), {n: p.grad.clone() for n, p in critic.named_parameters()}
+
+    backbone = getattr(critic, critic.base_model_prefix)
+    calls = _count_forwards(backbone)
+    got, got_grads = values_and_grads(first_position=52)
+    assert calls == [torch.Size([1, 48]), torch.Size([3, ids.shape[1] - 48])]  # prefix once
+    want, want_grads = values_and_grads()
+    assert calls[2:] == [ids.shape]  # the plain forward: the whole rows
+    assert got.shape == want.shape
+    assert not got[:, :49].any()  # nothing computed before the shared prefix ends
+    torch.testing.assert_close(got[:, 52:], want[:, 52:], rtol=1e-4, atol=1e-5)
+    for name, grad in want_grads.items():
+        scale = float(grad.abs().max())  # float rounding, relative to the gradient's size
+        torch.testing.assert_close(got_grads[name], grad, rtol=1e-3, atol=1e-5 * scale, msg=name)
