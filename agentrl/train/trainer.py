@@ -290,7 +290,7 @@ class Trainer:
             with timer("update"):
                 metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
             metrics |= filter_metrics
-            num_train_tokens = int(batch.attention_mask.sum()) * algo.ppo_epochs
+            num_train_tokens = int(metrics["throughput/train_tokens"])
         else:
             log.warning(
                 "step %d: no trainable trajectory (all env/engine errors, or rft kept none); "
@@ -671,6 +671,7 @@ class Trainer:
         device = self.policy.device
         records: list[tuple[float, dict[str, float]]] = []
         grad_norms, critic_grad_norms = [], []
+        processed = 0  # ids through a forward and backward pass, every pass counted
         epochs = a.ppo_epochs if train_policy else max(a.ppo_epochs, a.critic_warmup_epochs)
         for _epoch in range(epochs):
             for mini in mini_batches(batch, a.num_mini_batches, generator=self.generator):
@@ -698,12 +699,14 @@ class Trainer:
                     if self.critic is not None:
                         stats |= self._critic_backward(micro, micro_norm)
                     records.append((float(micro.loss_mask.sum()), stats))
+                    processed += int(micro.attention_mask.sum())
                 for _ in range(num_idle):
                     self._idle_backward(_to(mini.rows([0]), device), train_policy=train_policy)
                 if train_policy:
                     grad_norms.append(self.policy.step())
                 if self.critic is not None:
                     critic_grad_norms.append(self.critic.step())
+        total = float(self.policy.all_reduce_sum(torch.tensor([processed], dtype=torch.float64))[0])
         mean = _weighted_mean([r for rank_records in gather_objects(records) for r in rank_records])
         mean.pop("num_tokens", None)
         metrics = {f"actor/{k}": v for k, v in mean.items() if not k.startswith("critic/")}
@@ -718,6 +721,7 @@ class Trainer:
         metrics["actor/lr"] = self.policy.lr if hasattr(self.policy, "lr") else self.cfg.optim.lr
         if critic_grad_norms:
             metrics["critic/grad_norm"] = float(np.mean(critic_grad_norms))
+        metrics["throughput/train_tokens"] = total
         return metrics
 
     def _rows_with_credit(self, batch: TrainBatch, *, train_policy: bool) -> TrainBatch:

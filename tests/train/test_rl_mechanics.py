@@ -98,16 +98,25 @@ def test_critic_warmup_epochs_give_the_critic_more_steps_only_while_it_warms_up(
         tmp_path, "starpo", "algo.critic_warmup_steps=1", "algo.critic_warmup_epochs=3",
         "algo.num_mini_batches=2", "algo.filter_keep_ratio=null",
     )  # fmt: skip
-    steps = []
-    inner = trainer.critic.step
+    steps, ids = [], []
+    inner, inner_backward = trainer.critic.step, trainer._critic_backward
     trainer.critic.step = lambda: steps.append(1) or inner()
+
+    def counting_backward(micro, norm):
+        ids.append(int(micro.attention_mask.sum()))
+        return inner_backward(micro, norm)
+
+    trainer._critic_backward = counting_backward
     try:
-        trainer.train_step()  # warm-up: 3 passes x 2 mini-batches
+        metrics = trainer.train_step()  # warm-up: 3 passes x 2 mini-batches
         warm, steps[:] = len(steps), []
+        batch_ids, ids[:] = sum(ids) // 3, []
         trainer.train_step()  # the policy moves: ppo_epochs (1) x 2 mini-batches
     finally:
         trainer.close()
     assert (warm, len(steps)) == (6, 2)
+    # the throughput counts every pass's ids, not one pass's
+    assert metrics["throughput/train_tokens"] == 3 * batch_ids
 
 
 def test_rl_seeds_stay_clear_of_expert_and_validation_seeds(tmp_path) -> None:
