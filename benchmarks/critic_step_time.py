@@ -36,7 +36,7 @@ def main() -> None:
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.expert import solver_expert
     from agentrl.train.batch import micro_batches, to_batch
-    from agentrl.train.critic import build_critic, token_values
+    from agentrl.train.critic import build_critic, token_values, value_head
     from agentrl.train.trainer import trained_positions
 
     torch.set_num_threads(args.threads)
@@ -54,7 +54,7 @@ def main() -> None:
     batch = to_batch(trajs, pad_id=tokenizer.pad_token_id)
     micros = [m for m in micro_batches(batch, 64 * batch.input_ids.shape[1]) if m.loss_mask.any()]
     critic = build_critic(load_model(path, dtype="float32"))
-    torch.nn.init.normal_(critic.score.weight, std=0.02)
+    torch.nn.init.normal_(value_head(critic).weight, std=0.02)
 
     def one_pass(shared: bool) -> float:
         start = time.perf_counter()
