@@ -706,8 +706,8 @@ class Trainer:
                     grad_norms.append(self.policy.step())
                 if self.critic is not None:
                     critic_grad_norms.append(self.critic.step())
-        total = float(self.policy.all_reduce_sum(torch.tensor([processed], dtype=torch.float64))[0])
-        mean = _weighted_mean([r for rank_records in gather_objects(records) for r in rank_records])
+        ranks = gather_objects((records, processed))  # the update's one gather of its stats
+        mean = _weighted_mean([r for rank_records, _ in ranks for r in rank_records])
         mean.pop("num_tokens", None)
         metrics = {f"actor/{k}": v for k, v in mean.items() if not k.startswith("critic/")}
         metrics |= {k: v for k, v in mean.items() if k.startswith("critic/")}
@@ -721,7 +721,7 @@ class Trainer:
         metrics["actor/lr"] = self.policy.lr if hasattr(self.policy, "lr") else self.cfg.optim.lr
         if critic_grad_norms:
             metrics["critic/grad_norm"] = float(np.mean(critic_grad_norms))
-        metrics["throughput/train_tokens"] = total
+        metrics["throughput/train_tokens"] = float(sum(n for _, n in ranks))
         return metrics
 
     def _rows_with_credit(self, batch: TrainBatch, *, train_policy: bool) -> TrainBatch:
