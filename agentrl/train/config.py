@@ -182,6 +182,13 @@ class CollapseConfig(_Section):
     """Signal when the grad norm exceeds this multiple of the window mean."""
     min_signals: int = Field(default=2, ge=1, le=3)
     """Signals that must fire together to raise the warning."""
+    max_parse_failure: float = Field(default=0.5, gt=0, le=1)
+    """Warn on every step where at least this fraction of the turns' answers did not parse: the
+    policy has fallen out of the answer format (on its own, whatever `min_signals` says)."""
+    dead_steps: int = Field(default=10, ge=1)
+    """Warn on every step once this many steps in a row had no reward difference inside any
+    group (on its own): a group-relative estimator then has nothing to learn from, and a run
+    whose every answer fails stays where it is, where the relative signals above stop firing."""
 
 
 class LoggingConfig(_Section):

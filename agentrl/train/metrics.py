@@ -49,14 +49,22 @@ def in_group_reward_std(returns: Sequence[float], group_ids: Sequence[int]) -> f
 class CollapseDetector:
     """The "Echo Trap" early warning: in-group reward std and entropy fall, grad norm spikes.
 
-    Each signal compares the latest value with the mean of the previous `window` steps; the
-    warning fires when at least `min_signals` signals fire together.
+    Each of those signals compares the latest value with the mean of the previous `window`
+    steps; the warning fires when at least `min_signals` fire together. Two absolute signals
+    raise it on their own, on every step they hold, so that a dead run keeps saying so:
+    `parse_failures` (at least `max_parse_failure` of the answers did not parse) and
+    `no_reward_variance` (`dead_steps` steps in a row where no group's episodes differed).
 
     >>> d = CollapseDetector(CollapseConfig(window=2, min_signals=2))
     >>> [d.update(reward_std=1.0, entropy=2.0, grad_norm=1.0)[0] for _ in range(2)]
     [False, False]
     >>> d.update(reward_std=0.1, entropy=0.5, grad_norm=1.0)
     (True, ['reward_std', 'entropy'])
+    >>> d = CollapseDetector(CollapseConfig(dead_steps=2))
+    >>> d.update(reward_std=0.3, entropy=0.5, grad_norm=1.0, parse_failure_rate=0.9)
+    (True, ['parse_failures'])
+    >>> [d.update(reward_std=0.0, entropy=0.0, grad_norm=0.0)[1] for _ in range(2)]
+    [[], ['no_reward_variance']]
     """
 
     def __init__(self, cfg: CollapseConfig) -> None:
@@ -64,19 +72,30 @@ class CollapseDetector:
         self.history: dict[str, deque[float]] = {
             k: deque(maxlen=cfg.window) for k in ("reward_std", "entropy", "grad_norm")
         }
+        self.steps_without_variance = 0
 
     def state(self) -> dict[str, list[float]]:
         """The recent history, for checkpoints."""
-        return {k: list(h) for k, h in self.history.items()}
+        return {k: list(h) for k, h in self.history.items()} | {
+            "steps_without_variance": [float(self.steps_without_variance)]
+        }
 
     def load_state(self, state: dict[str, list[float]]) -> None:
         """Restore what `state` returned."""
         for key, values in state.items():
+            if key == "steps_without_variance":
+                self.steps_without_variance = int(values[0])
+                continue
             self.history[key].clear()
             self.history[key].extend(values)
 
     def update(
-        self, *, reward_std: float, entropy: float, grad_norm: float
+        self,
+        *,
+        reward_std: float,
+        entropy: float,
+        grad_norm: float,
+        parse_failure_rate: float = 0.0,
     ) -> tuple[bool, list[str]]:
         """Add one step; return (warning, names of the signals that fired)."""
         latest = {"reward_std": reward_std, "entropy": entropy, "grad_norm": grad_norm}
@@ -95,7 +114,15 @@ class CollapseDetector:
         for k, v in latest.items():
             if math.isfinite(v):
                 self.history[k].append(v)
-        return self.cfg.enabled and len(fired) >= self.cfg.min_signals, fired
+        relative = len(fired) >= self.cfg.min_signals
+        if parse_failure_rate >= self.cfg.max_parse_failure:
+            fired.append("parse_failures")
+        if math.isfinite(reward_std):
+            self.steps_without_variance = (self.steps_without_variance + 1) * (reward_std == 0)
+        if self.steps_without_variance >= self.cfg.dead_steps:
+            fired.append("no_reward_variance")
+        absolute = any(f in ("parse_failures", "no_reward_variance") for f in fired)
+        return self.cfg.enabled and (relative or absolute), fired
 
 
 class MetricsLogger:

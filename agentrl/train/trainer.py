@@ -910,13 +910,31 @@ class Trainer:
             reward_std=metrics.get("reward/in_group_std", float("nan")),
             entropy=metrics.get("actor/entropy", float("nan")),
             grad_norm=metrics.get("actor/grad_norm", float("nan")),
+            parse_failure_rate=metrics.get("rollout/parse_failure_rate", 0.0),
         )
-        if warn:
+        relative = [name for name in fired if name in ("reward_std", "entropy", "grad_norm")]
+        if warn and len(relative) >= self.collapse.cfg.min_signals:
             log.warning(
                 "step %d: collapse early warning (Echo Trap): %s crossed their thresholds; "
                 "consider a lower lr, a higher filter keep ratio or more entropy",
                 step,
-                ", ".join(fired),
+                ", ".join(relative),
+            )
+        if warn and "parse_failures" in fired:
+            log.warning(
+                "step %d: %.0f%% of the answers did not parse: the policy is out of the answer "
+                "format (format collapse, or a model that never learned it: warm-start it)",
+                step,
+                100 * metrics.get("rollout/parse_failure_rate", 0.0),
+            )
+        if warn and "no_reward_variance" in fired:
+            log.warning(
+                "step %d: for %d steps no group's episodes differed in reward, so there was "
+                "little or nothing to learn from (success %.2f); if every episode fails, restart "
+                "from an earlier checkpoint with a lower lr",
+                step,
+                self.collapse.steps_without_variance,
+                metrics.get("success_rate", float("nan")),
             )
         return {"collapse_warning": float(warn), "collapse/num_signals": float(len(fired))}
 

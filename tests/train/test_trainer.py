@@ -12,6 +12,8 @@ from trainer_envs import VowelCount
 from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import register
+from agentrl.train.config import CollapseConfig
+from agentrl.train.metrics import CollapseDetector
 from agentrl.train.trainer import Trainer
 from agentrl.trajectory.io import read_trajectories, step_path
 
@@ -106,6 +108,37 @@ def test_collapse_warning_metric_and_line(tmp_path, caplog) -> None:
         trainer.close()
     assert metrics["collapse_warning"] == 1.0
     assert "collapse early warning" in caplog.text
+
+
+def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, caplog) -> None:
+    """A run whose answers stopped parsing (every reward the same, entropy and grad norm ~0):
+    the Echo-Trap signals compare with recent means that are 0 too and stay silent, so the two
+    absolute signals must say so on every step, and their count survives a checkpoint."""
+    trainer = Trainer(_cfg("grpo", "logging.collapse.dead_steps=3"), tmp_path)
+    dead = {
+        "reward/in_group_std": 0.0,
+        "actor/entropy": 0.001,
+        "actor/grad_norm": 0.0,
+        "rollout/parse_failure_rate": 0.99,
+        "success_rate": 0.0,
+    }
+    try:
+        with caplog.at_level("WARNING"):
+            warned = [trainer._collapse_check(step, dead)["collapse_warning"] for step in range(12)]
+        state = trainer.collapse.state()
+    finally:
+        trainer.close()
+    assert warned == [1.0] * 12
+    assert caplog.text.count("99% of the answers did not parse") == 12
+    assert caplog.text.count("no group's episodes differed in reward") == 10  # from the 3rd step
+    assert "Echo Trap" not in caplog.text  # what the relative signals alone would have said
+    resumed = CollapseDetector(CollapseConfig(dead_steps=3))
+    resumed.load_state(state)
+    assert resumed.update(reward_std=0.0, entropy=0.001, grad_norm=0.0) == (
+        True,
+        ["no_reward_variance"],
+    )
+    assert resumed.update(reward_std=0.5, entropy=0.1, grad_norm=1.0)[1] == []  # variance: reset
 
 
 def test_single_update_shortcut_matches_explicit_scoring(tmp_path, monkeypatch) -> None:
