@@ -46,6 +46,10 @@ def in_group_reward_std(returns: Sequence[float], group_ids: Sequence[int]) -> f
     return float(np.mean([np.std(v) for v in groups.values()]))
 
 
+ABSOLUTE_SIGNALS = ("parse_failures", "no_reward_variance")
+"""`CollapseDetector`'s signals that raise the warning on their own."""
+
+
 class CollapseDetector:
     """The "Echo Trap" early warning: in-group reward std and entropy fall, grad norm spikes.
 
@@ -121,7 +125,7 @@ class CollapseDetector:
             self.steps_without_variance = (self.steps_without_variance + 1) * (reward_std == 0)
         if self.steps_without_variance >= self.cfg.dead_steps:
             fired.append("no_reward_variance")
-        absolute = any(f in ("parse_failures", "no_reward_variance") for f in fired)
+        absolute = any(name in ABSOLUTE_SIGNALS for name in fired)
         return self.cfg.enabled and (relative or absolute), fired
 
 

@@ -56,7 +56,12 @@ from agentrl.train.checkpoint import (
 )
 from agentrl.train.critic import build_critic, fit_value_head, token_values
 from agentrl.train.engines import SeededEngine, build_engine
-from agentrl.train.metrics import CollapseDetector, MetricsLogger, trajectory_stats
+from agentrl.train.metrics import (
+    ABSOLUTE_SIGNALS,
+    CollapseDetector,
+    MetricsLogger,
+    trajectory_stats,
+)
 from agentrl.train.prefix import shared_prefix_logits
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
@@ -912,7 +917,7 @@ class Trainer:
             grad_norm=metrics.get("actor/grad_norm", float("nan")),
             parse_failure_rate=metrics.get("rollout/parse_failure_rate", 0.0),
         )
-        relative = [name for name in fired if name in ("reward_std", "entropy", "grad_norm")]
+        relative = [name for name in fired if name not in ABSOLUTE_SIGNALS]
         if warn and len(relative) >= self.collapse.cfg.min_signals:
             log.warning(
                 "step %d: collapse early warning (Echo Trap): %s crossed their thresholds; "
