@@ -316,26 +316,43 @@ def line_search(
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--init", required=True, help="Policy to measure at (model folder).")
-    p.add_argument("--batches", type=int, default=24, help="Independent batches per loss (K).")
-    p.add_argument("--sft-episodes", type=int, default=64, help="Solver episodes per SFT batch.")
-    p.add_argument("--threads", type=int, default=1, help="torch threads.")
-    p.add_argument("--set", action="append", default=[], help="RL config override key=value.")
-    p.add_argument("--out", type=Path, default=None, help="Write the numbers here as JSON.")
-    p.add_argument(
-        "--line-search",
-        default="",
-        help="Comma-separated L2 step lengths: validate one step of each length along the mean "
-        "RL gradient, the mean SFT gradient, RL noise (two batches' difference) and a random "
-        "direction (e.g. 0.03,0.1,0.3).",
-    )
-    p.add_argument("--eval-episodes", type=int, default=1024, help="Line-search validation seeds.")
-    p.add_argument("--temperature", type=float, default=0.5, help="Line-search temperature.")
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
+DIRECTIONS = ("rl", "sft", "rl-noise", "random", "rl-adam", "sft-adam", "rl-noise-adam")
+"""Line-search directions: the mean RL and SFT gradients (descent), RL noise (the difference of
+two RL batches' gradients: shaped like RL's noise, without its signal), an isotropic random
+direction, and each of the first three divided coordinate-wise by its loss's gradient RMS, as
+Adam's step is (`-adam`)."""
 
+
+def summary_vectors(rl: np.ndarray, sft: np.ndarray) -> dict[str, np.ndarray]:
+    """What the line search needs from the K gradients of each loss (float32, to save)."""
+    vectors = {"rl_mean": rl.mean(0), "sft_mean": sft.mean(0), "rl_noise": rl[0] - rl[1]}
+    vectors["rl_rms"] = np.sqrt((rl**2).mean(0))
+    vectors["sft_rms"] = np.sqrt((sft**2).mean(0))
+    return {k: v.astype(np.float32) for k, v in vectors.items()}
+
+
+def directions_from(vectors: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+    """The named `DIRECTIONS` (unnormalised, float64) from `summary_vectors`."""
+    eps = 1e-8
+    v = {k: x.astype(np.float64) for k, x in vectors.items()}
+    table = {
+        "rl": lambda: -v["rl_mean"],
+        "sft": lambda: -v["sft_mean"],
+        "rl-noise": lambda: v["rl_noise"],
+        "random": lambda: np.random.default_rng(0).normal(size=v["rl_mean"].shape[0]),
+        "rl-adam": lambda: -v["rl_mean"] / (v["rl_rms"] + eps),
+        "sft-adam": lambda: -v["sft_mean"] / (v["sft_rms"] + eps),
+        "rl-noise-adam": lambda: v["rl_noise"] / (v["rl_rms"] + eps),
+    }
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"unknown direction(s) {unknown}; choose from {', '.join(DIRECTIONS)}")
+    return {name: table[name]() for name in names}
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Collect the K gradients of each loss, print the noise-scale table; returns the table's
+    numbers and the line search's `summary_vectors`."""
     start = time.perf_counter()
     rl, rl_episodes, rl_metrics = rl_gradients(args.init, args.batches, args.set)
     rl_s = time.perf_counter() - start
@@ -371,14 +388,53 @@ def main() -> None:
             print(f"{name}: |G|^2 not resolved, so B_noise is at least its 5% bound")
     if "success_rate" in rl_metrics:
         print(f"RL rollouts' mean success: {rl_metrics['success_rate']:.3f}")
+    return {"rows": rows, "cosine_rl_sft": mean_cos}, summary_vectors(rl, sft)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--init", required=True, help="Policy to measure at (model folder).")
+    p.add_argument("--batches", type=int, default=24, help="Independent batches per loss (K).")
+    p.add_argument("--sft-episodes", type=int, default=64, help="Solver episodes per SFT batch.")
+    p.add_argument("--threads", type=int, default=1, help="torch threads.")
+    p.add_argument("--set", action="append", default=[], help="RL config override key=value.")
+    p.add_argument("--out", type=Path, default=None, help="Write the numbers here as JSON.")
+    p.add_argument(
+        "--grads",
+        type=Path,
+        default=None,
+        help="Save the line search's mean gradients here (.npz, about 30 MB for `tiny`); if the "
+        "file exists, load them instead of measuring.",
+    )
+    p.add_argument(
+        "--line-search",
+        default="",
+        help="Comma-separated L2 step lengths: validate one step of each length along each of "
+        "--directions (e.g. 0.03,0.1,0.3).",
+    )
+    p.add_argument(
+        "--directions",
+        default="rl,sft,rl-noise,random",
+        help=f"Comma-separated line-search directions, of: {', '.join(DIRECTIONS)}.",
+    )
+    p.add_argument("--eval-episodes", type=int, default=1024, help="Line-search validation seeds.")
+    p.add_argument("--temperature", type=float, default=0.5, help="Line-search temperature.")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    payload: dict[str, Any] = {"init": args.init, "batches": args.batches, "overrides": args.set}
+    if args.grads is not None and args.grads.is_file():
+        print(f"gradients from {args.grads} (not measured again)")
+        vectors = dict(np.load(args.grads))
+    else:
+        measured, vectors = measure(args)
+        payload |= measured
+        if args.grads is not None:
+            np.savez(args.grads, **vectors)
     search: list[dict[str, Any]] = []
     if args.line_search:
         norms = [float(x) for x in args.line_search.split(",")]
-        # controls: the difference of two RL batches' gradients (noise shaped like RL's, no
-        # signal) and an isotropic random direction
-        random_dir = np.random.default_rng(0).normal(size=rl.shape[1])
-        directions = {"rl": -rl.mean(0), "sft": -sft.mean(0), "rl-noise": rl[0] - rl[1]}
-        directions["random"] = random_dir
+        directions = directions_from(vectors, args.directions.split(","))
         print(
             f"\none step along each direction ({args.eval_episodes} seeds, T={args.temperature:g})"
         )
@@ -391,8 +447,7 @@ def main() -> None:
             )
             print(f"| {r['direction']} | {r['norm']:g} | {100 * r['success']:.1f}% | {change} |")
     if args.out is not None:
-        payload = {"init": args.init, "batches": args.batches, "overrides": args.set}
-        payload |= {"rows": rows, "cosine_rl_sft": mean_cos, "line_search": search}
+        payload["line_search"] = search
         args.out.write_text(json.dumps(payload, indent=2))
 
 

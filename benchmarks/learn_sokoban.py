@@ -211,7 +211,8 @@ def warm_start(args: argparse.Namespace, out: Path, sft_set: list[str]) -> tuple
 def train_run(
     variant: str, seed: int, init: str, run_dir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Train `variant` from `init` for the budget; returns the run's summary."""
+    """Train `variant` from `init` for the budget; returns the run's summary (also written to
+    `run_dir/summary.json`)."""
     from agentrl.config import dump_config
     from agentrl.train.metrics import read_metrics
     from agentrl.train.trainer import Trainer
@@ -266,7 +267,7 @@ def train_run(
     records = read_metrics(run_dir)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # keep results/ small
     late = records[-100:]
-    return {
+    summary = {
         "variant": variant,
         "seed": seed,
         "steps": trainer.state.step,
@@ -277,6 +278,10 @@ def train_run(
         "train_success_last": records[-1].get("success_rate") if records else None,
         "model": str(final_model),
     }
+    # on disk as soon as the run ends: with --parallel the table waits for every run, and a
+    # run that dies or is stopped must not take the finished ones' results with it
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 def _train_job(job: tuple[str, int, Path], init: str, args: argparse.Namespace) -> dict[str, Any]:

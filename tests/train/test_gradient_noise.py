@@ -105,3 +105,33 @@ def test_rl_gradients_come_from_fresh_rollouts_and_leave_the_weights_alone(
     loaded = load_model(str(tiny_model_path), dtype="float32")
     for after, before in zip(seen[0], loaded.parameters(), strict=True):
         torch.testing.assert_close(after, before.detach())
+
+
+def test_line_search_directions_and_their_adam_scaling(gn) -> None:
+    rng = np.random.default_rng(5)
+    rl, sft = rng.normal(1.0, 1.0, (6, 50)), rng.normal(-2.0, 0.5, (6, 50))
+    vectors = gn.summary_vectors(rl, sft)
+    assert all(v.dtype == np.float32 for v in vectors.values())
+    d = gn.directions_from(vectors, list(gn.DIRECTIONS))
+    np.testing.assert_allclose(d["rl"], -rl.mean(0), rtol=1e-5)  # descent: minus the gradient
+    np.testing.assert_allclose(d["rl-noise"], rl[0] - rl[1], rtol=1e-5)
+    rms = np.sqrt((sft**2).mean(0))
+    np.testing.assert_allclose(d["sft-adam"], -sft.mean(0) / rms, rtol=1e-4)
+    assert d["random"].shape == (50,)
+    with pytest.raises(SystemExit, match="unknown direction"):
+        gn.directions_from(vectors, ["rl", "uphill"])
+
+
+def test_a_zero_step_replays_the_start_exactly(gn) -> None:
+    """The line search's comparisons are paired: the same seeds and sampling draws, so a step
+    of length 0 changes no episode, and a long random step does."""
+    from agentrl.rollout.models import load_model
+
+    model = str(ROOT / "results" / "sokoban-rl" / "warm_start")  # the committed warm start
+    size = sum(p.numel() for p in load_model(model).parameters())
+    direction = np.random.default_rng(0).normal(size=size)
+    rows = gn.line_search(model, {"random": direction}, [0.0, 200.0], 8, 1.0)
+    assert [r["direction"] for r in rows] == ["start", "random", "random"]
+    assert rows[0]["success"] > 0.5  # the warm start solves most rooms
+    assert rows[1]["change"] == 0.0 and rows[1]["change_se"] == 0.0
+    assert rows[2]["change"] < 0.0  # weights drowned in noise: the rooms are lost
