@@ -108,11 +108,11 @@ def bootstrap(grads: np.ndarray, batch_episodes: float, reps: int = 400) -> dict
 
 
 def rl_gradients(
-    init: str, batches: int, overrides: list[str], env: str = ENV
+    init: str, batches: int, overrides: list[str], env: str = ENV, preset: str | None = None
 ) -> tuple[np.ndarray, float, dict]:
-    """K gradients of `agentrl train --env ENV`'s RL loss at `init`, each on a fresh rollout;
-    the weights never move. Returns `[K, D]`, episodes per batch, and the mean of some step
-    metrics."""
+    """K gradients of `agentrl train --env ENV [--preset P]`'s RL loss at `init`, each on a
+    fresh rollout; the weights never move. Returns `[K, D]`, episodes per batch, and the mean
+    of some step metrics."""
     from agentrl.train._cli import resolve_train_config
     from agentrl.train.trainer import Trainer
 
@@ -130,7 +130,7 @@ def rl_gradients(
             "checkpoint.every=0",
             *overrides,
         ],
-        preset=None,
+        preset=preset,
         flags={"env.name": env},
     )
     grads: list[np.ndarray] = []
@@ -354,19 +354,32 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, np.ndar
     """Collect the K gradients of each loss, print the noise-scale table; returns the table's
     numbers and the line search's `summary_vectors`."""
     start = time.perf_counter()
-    rl, rl_episodes, rl_metrics = rl_gradients(args.init, args.batches, args.set)
+    rl, rl_episodes, rl_metrics = rl_gradients(
+        args.init, args.batches, args.set, preset=args.preset
+    )
     rl_s = time.perf_counter() - start
-    sft = sft_gradients(args.init, args.batches, args.sft_episodes)
     rows = {
         "rl": bootstrap(rl, rl_episodes) | {"episodes_per_batch": rl_episodes, "wall_s": rl_s},
-        "sft": bootstrap(sft, float(args.sft_episodes)) | {"episodes_per_batch": args.sft_episodes},
         "rl (Adam-scaled)": bootstrap(adam_scaled(rl), rl_episodes)
         | {"episodes_per_batch": rl_episodes},
-        "sft (Adam-scaled)": bootstrap(adam_scaled(sft), float(args.sft_episodes))
-        | {"episodes_per_batch": args.sft_episodes},
     }
     rows["rl"] |= rl_metrics
-    mean_cos = expected_cosine(rl, sft, rows["rl"]["signal_sq"], rows["sft"]["signal_sq"])
+    # wall time of the rollouts and updates that bring the summed gradient to B_noise episodes
+    rows["rl"]["s_per_batch"] = rl_s / args.batches
+    for r in rows.values():
+        r["seconds_to_b_noise"] = r["b_noise"] / rl_episodes * rl_s / args.batches
+    if args.no_sft:
+        sft = np.zeros_like(rl[:2])
+        mean_cos = float("nan")
+    else:
+        sft = sft_gradients(args.init, args.batches, args.sft_episodes)
+        rows["sft"] = bootstrap(sft, float(args.sft_episodes)) | {
+            "episodes_per_batch": args.sft_episodes
+        }
+        rows["sft (Adam-scaled)"] = bootstrap(adam_scaled(sft), float(args.sft_episodes)) | {
+            "episodes_per_batch": args.sft_episodes
+        }
+        mean_cos = expected_cosine(rl, sft, rows["rl"]["signal_sq"], rows["sft"]["signal_sq"])
     print(f"\ngradient noise at {args.init} ({args.batches} batches each; ± bootstrap SE)")
     print("| loss | episodes/batch | |G|^2 | tr(Sigma_B) | B_noise (episodes) | 90% interval |")
     print("|---|---|---|---|---|---|")
@@ -376,7 +389,13 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, np.ndar
             f"{r['signal_sq_se']:.2g} | {r['noise_tr']:.3g} ± {r['noise_tr_se']:.2g} | "
             f"{r['b_noise']:,.0f} | {r['b_noise_p05']:,.0f} - {r['b_noise_p95']:,.0f} |"
         )
-    if resolved(rows["rl"]) and resolved(rows["sft"]):
+    print(
+        f"RL: {rows['rl']['s_per_batch']:.1f} s a batch (rollout and scoring), so "
+        f"{rows['rl']['seconds_to_b_noise'] / 60:.1f} min of it to sum B_noise episodes"
+    )
+    if args.no_sft:
+        pass
+    elif resolved(rows["rl"]) and resolved(rows["sft"]):
         print(f"cosine of the expected RL and SFT gradients: {mean_cos:+.3f}")
     else:
         print(
@@ -398,6 +417,8 @@ def main() -> None:
     p.add_argument("--sft-episodes", type=int, default=64, help="Solver episodes per SFT batch.")
     p.add_argument("--threads", type=int, default=1, help="torch threads.")
     p.add_argument("--set", action="append", default=[], help="RL config override key=value.")
+    p.add_argument("--preset", default=None, help="RL preset (default: the env's, state-rloo).")
+    p.add_argument("--no-sft", action="store_true", help="Measure the RL loss only.")
     p.add_argument("--out", type=Path, default=None, help="Write the numbers here as JSON.")
     p.add_argument(
         "--grads",
@@ -422,7 +443,10 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
+    if args.no_sft and args.line_search and "sft" in args.directions:
+        raise SystemExit("--no-sft measures no SFT gradient: leave the sft directions out")
     payload: dict[str, Any] = {"init": args.init, "batches": args.batches, "overrides": args.set}
+    payload["preset"] = args.preset
     if args.grads is not None and args.grads.is_file():
         print(f"gradients from {args.grads} (not measured again)")
         vectors = dict(np.load(args.grads))
