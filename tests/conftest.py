@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +21,21 @@ def require_part(part: str, why: str | None, switch: str) -> None:
     if os.environ.get("CI") or os.environ.get(switch):
         pytest.fail(f"{part} is required here ({switch} or CI is set): {why}")
     pytest.skip(f"needs {part}: {why} (set {switch}=1 to fail instead of skipping)")
+
+
+@pytest.fixture(scope="session")
+def load_benchmark() -> Callable[[str], ModuleType]:
+    """`load_benchmark("name")` imports `benchmarks/name.py` (not a package) as a module."""
+
+    def load(name: str) -> ModuleType:
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"_benchmark_{name}", path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

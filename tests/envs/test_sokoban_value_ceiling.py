@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def ceiling():
-    path = ROOT / "benchmarks" / "sokoban_value_ceiling.py"
-    spec = importlib.util.spec_from_file_location("_value_ceiling", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def ceiling(load_benchmark):
+    return load_benchmark("sokoban_value_ceiling")
 
 
 def _row(seed: int, state: str, to_go: float, left: int = 5) -> dict:

@@ -3,7 +3,6 @@ the trainer's and SFT's gradients without moving the weights."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,8 @@ register("vowel-count", VowelCount)
 
 
 @pytest.fixture(scope="module")
-def gn():
-    path = ROOT / "benchmarks" / "gradient_noise.py"
-    spec = importlib.util.spec_from_file_location("_gradient_noise", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def gn(load_benchmark):
+    return load_benchmark("gradient_noise")
 
 
 def _synthetic(k: int, d: int, mean: float, std: float, seed: int = 0) -> np.ndarray:
