@@ -2,8 +2,9 @@
 against that of imitating the solver, at one Sokoban policy.
 
 For each loss, the policy's gradient is taken on K independent batches (K rollouts of
-`--groups` x `group_size` episodes on fresh training seeds for RL; K batches of as many
-solver episodes for SFT), with the weights held fixed. With `g_i` the gradient of batch `i`
+`trainer.num_groups` x `rollout.group_size` episodes, 8 x 8 by default, on fresh training
+seeds for RL; K batches of `--sft-episodes` solver episodes for SFT), with the weights held
+fixed. With `g_i` the gradient of batch `i`
 and `G` the expected gradient:
 
 - `|G|^2` is estimated without bias by the mean of `g_i . g_j` over pairs `i != j`;
@@ -25,7 +26,13 @@ whose gradient is all signal, so its noise scale can be far above plain SGD's.
 Standard errors are by bootstrap over the K batches. The cosine between the two mean
 gradients says whether RL's expected step points where imitation's does.
 
-    .venv/bin/python benchmarks/gradient_noise.py --init results/sokoban-rl/warm_start
+`--line-search` then takes one step of each given L2 length along each of `--directions` and
+validates it (1,024 seeds, paired against the start). On `tiny` and Sokoban its positive
+control, the SFT direction, gained nothing at any length: the surface is too sharp along
+gradient directions for one straight step (results/sokoban-rl/gradient-noise/).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/gradient_noise.py \
+        --init results/sokoban-rl/warm_start --batches 96
 """
 
 from __future__ import annotations
