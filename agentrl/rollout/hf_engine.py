@@ -192,11 +192,15 @@ class HFEngine:
         stop_token_ids: Sequence[int] | None = None,
         num_threads: int | None = None,
         weight_version: int = 0,
+        min_shared_prefix: int = 16,
     ) -> None:
         """Load `model` (name, path or a loaded model) and start the batching worker thread.
 
         `stop_token_ids` is the default for requests that give none (else the model's eos ids);
         `num_threads` sets torch's intra-op threads (None leaves the process setting).
+        `min_shared_prefix`: when the prompts prefilled together begin with at least this many
+        equal ids (a system prompt), that prefix runs once and its keys and values are shared
+        by every row (0: never).
         """
         from agentrl.rollout.models import load_model
 
@@ -212,15 +216,18 @@ class HFEngine:
         self.max_context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.default_stop_ids = tuple(stop_token_ids or _eos_ids(model))
         self.pad_id = int(self.default_stop_ids[0]) if self.default_stop_ids else 0
+        self.min_shared_prefix = min_shared_prefix
         self.stats = {
             "batches": 0,
             "forward_calls": 0,
             "requests": 0,
             "sampled_tokens": 0,
+            "shared_prefix_ids": 0,
             "model_s": 0.0,
         }
         """Counters since start: request groups admitted (one prefill each), model forward
-        calls (prefills + decode steps), requests served, ids sampled, seconds in the model."""
+        calls (prefills + decode steps), requests served, ids sampled, prompt ids whose prefill
+        a shared prefix saved, seconds in the model."""
         self._lock = threading.Lock()  # held while a decode step runs or weights load
         self._idle = threading.Condition()  # guards _busy and _pausing
         self._busy = False  # a batch is running
@@ -383,21 +390,46 @@ class HFEngine:
         return _Row(job, budget, stop_ids, RowSampler.from_params(params, seed))
 
     def _prefill(self, rows: list[_Row]) -> _Batch:
-        """Run the prompts of `rows` (left-padded) and sample each row's first id."""
+        """Run the prompts of `rows` and sample each row's first id.
+
+        The prompts' common prefix, when long enough, runs once and its cache is repeated
+        for every row; each row's rest follows it, left-padded, so a row's ids are
+        `[prefix, pads, rest]` with the pads masked (the decode steps and `merge` only read
+        the attention mask). Otherwise the whole prompts run left-padded."""
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
 
         n = len(rows)
-        width = max(len(r.job.request.prompt_ids) for r in rows)
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding
-            prompt = r.job.request.prompt_ids
-            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[i, width - len(prompt) :] = 1
-        input_ids = input_ids.to(self.device)
-        attention_mask = attention_mask.to(self.device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        prompts = [r.job.request.prompt_ids for r in rows]
         cache = DynamicCache(config=self.model.config)
+        shared = _common_prefix_len(prompts) if n > 1 and self.min_shared_prefix else 0
+        shared = min(shared, min(len(p) for p in prompts) - 1)  # every row keeps an id to run
+        plain_layers = all(type(layer) is DynamicLayer for layer in cache.layers)
+        if shared < max(self.min_shared_prefix, 1) or not plain_layers:
+            shared = 0
+        if shared:
+            prefix = torch.tensor([prompts[0][:shared]], device=self.device)
+            self.model(
+                input_ids=prefix,
+                position_ids=torch.arange(shared, device=self.device).unsqueeze(0),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            self.stats["forward_calls"] += 1
+            self.stats["shared_prefix_ids"] += shared * (n - 1)
+            cache.batch_repeat_interleave(n)
+        width = max(len(p) for p in prompts) - shared
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        rest_mask = torch.zeros((n, width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):  # left padding of each row's rest
+            rest = prompt[shared:]
+            input_ids[i, width - len(rest) :] = torch.tensor(rest)
+            rest_mask[i, width - len(rest) :] = 1
+        input_ids = input_ids.to(self.device)
+        rest_mask = rest_mask.to(self.device)
+        position_ids = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+        attention_mask = torch.cat([rest_mask.new_ones((n, shared)), rest_mask], dim=1)
         batch = _Batch(rows, cache, attention_mask, position_ids[:, -1:], input_ids)
         self._forward_and_sample(batch, position_ids)
         return batch
@@ -515,6 +547,19 @@ class _Batch:
         self.input_ids = torch.cat([self.input_ids, other.input_ids])
         self.rows = self.rows + other.rows
         return self
+
+
+def _common_prefix_len(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all `prompts` share.
+
+    >>> _common_prefix_len([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
+    2
+    """
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return n
 
 
 def _pad_left(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:

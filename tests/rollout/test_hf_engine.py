@@ -229,3 +229,33 @@ def test_a_bad_request_fails_alone(engine: HFEngine) -> None:
     good, bad = asyncio.run(main())
     assert isinstance(good, list) and len(good[0].token_ids) >= 1
     assert isinstance(bad, ValueError) and "prompt id" in str(bad)
+
+
+def test_a_shared_prompt_prefix_runs_once_with_the_ids_and_logprobs_of_unshared_rows(
+    tiny_model_path: Path,
+) -> None:
+    """Prompts that begin alike (a system prompt) prefill that prefix once; every row then
+    samples the ids it samples alone, with logprobs that match a teacher-forced pass."""
+    reference = load_model(str(tiny_model_path), dtype="float32")
+    system = [1] + list(range(60, 99))  # 40 shared ids
+    rests = [[7], [8, 9, 10], [11, 12], [13, 14, 15, 16, 17], []]  # the last: the prefix alone
+    requests = [
+        GenerationRequest(
+            system + rest,
+            SamplingParams(temperature=1.0, max_new_tokens=8, seed=i, ignore_eos=True),
+        )
+        for i, rest in enumerate(rests)
+    ]
+    eng = HFEngine(str(tiny_model_path), max_batch_size=8, batch_window_s=0.05)
+    try:
+        alone = [generate_sync(eng, [r])[0] for r in requests]  # one row: nothing shared
+        assert eng.stats["shared_prefix_ids"] == 0
+        together = generate_sync(eng, requests)
+        # one prefill of 5 rows; the prefix is cut to 39 so the shortest prompt keeps an id
+        assert eng.stats["shared_prefix_ids"] == 39 * 4
+    finally:
+        eng.close()
+    for req, a, b in zip(requests, alone, together, strict=True):
+        assert a.token_ids == b.token_ids
+        expected = teacher_forced_logp(reference, req.prompt_ids, b.token_ids)
+        assert max(abs(x - y) for x, y in zip(b.logp, expected, strict=True)) < PARITY_TOL
