@@ -76,12 +76,15 @@ def noise_stats(grads: np.ndarray, batch_episodes: float) -> dict[str, float]:
     """
     k = grads.shape[0]
     gram = grads @ grads.T  # [K, K]
-    total = float(gram.sum())
     diag = float(np.trace(gram))
-    signal_sq = (total - diag) / (k * (k - 1))
-    noise_tr = diag / k - signal_sq
-    b_noise = batch_episodes * noise_tr / signal_sq if signal_sq > 0 else float("inf")
-    return {"signal_sq": signal_sq, "noise_tr": noise_tr, "b_noise": b_noise}
+    return _from_gram((float(gram.sum()) - diag) / (k * (k - 1)), diag / k, batch_episodes)
+
+
+def _from_gram(cross_mean: float, self_mean: float, batch_episodes: float) -> dict[str, float]:
+    """The statistics from the mean `g_i . g_j` over pairs `i != j` and the mean `|g_i|^2`."""
+    noise_tr = self_mean - cross_mean
+    b_noise = batch_episodes * noise_tr / cross_mean if cross_mean > 0 else float("inf")
+    return {"signal_sq": cross_mean, "noise_tr": noise_tr, "b_noise": b_noise}
 
 
 def bootstrap(grads: np.ndarray, batch_episodes: float, reps: int = 400) -> dict[str, float]:
@@ -97,12 +100,9 @@ def bootstrap(grads: np.ndarray, batch_episodes: float, reps: int = 400) -> dict
         sub = gram[np.ix_(idx, idx)]
         same = idx[:, None] == idx[None, :]
         off = sub[~same]
-        signal_sq = float(off.mean()) if off.size else 0.0
-        noise_tr = float(np.diag(sub).mean()) - signal_sq
-        samples["signal_sq"].append(signal_sq)
-        samples["noise_tr"].append(noise_tr)
-        b = batch_episodes * noise_tr / signal_sq if signal_sq > 0 else np.inf
-        samples["b_noise"].append(b)
+        cross = float(off.mean()) if off.size else 0.0
+        for key, value in _from_gram(cross, float(np.diag(sub).mean()), batch_episodes).items():
+            samples[key].append(value)
     out = dict(point)
     out["signal_sq_se"] = float(np.std(samples["signal_sq"]))
     out["noise_tr_se"] = float(np.std(samples["noise_tr"]))
