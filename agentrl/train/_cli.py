@@ -192,15 +192,20 @@ def train(
     if not rank:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
+    from agentrl.train._dist import leave_process_group
     from agentrl.train.run import run_training
 
+    ok = False
     try:
         run_training(cfg, run_dir, resume=resume is not None)
+        ok = True
     except ConfigError as e:  # e.g. an env keyword the env does not take
         _fail(str(e))
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted; resume with: agentrl train --resume {run_dir}", err=True)
         raise typer.Exit(130) from None
+    finally:
+        leave_process_group(ok=ok)
 
 
 def export(

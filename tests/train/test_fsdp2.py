@@ -8,6 +8,9 @@ after two steps 1e-4 (one AdamW update is ~1e-2 per weight).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +140,25 @@ def test_save_hf_round_trip(tmp_path: Path, tied: bool) -> None:
         torch.testing.assert_close(value, state[key], rtol=0, atol=0)
     weights = load_hf_weights(model, tmp_path)
     assert set(weights) == set(state)
+
+
+def test_leave_process_group_destroys_the_group() -> None:
+    """`agentrl train` leaves the group it joined, so no backend thread outlives the run."""
+    code = (
+        "import torch, torch.distributed as dist\n"
+        "from agentrl.train._dist import init_process_group, leave_process_group\n"
+        "leave_process_group()\n"  # no group: nothing to do
+        "assert init_process_group(torch.device('cpu')) == (0, 1)\n"
+        "leave_process_group()\n"
+        "assert not dist.is_initialized()\n"
+        "init_process_group(torch.device('cpu'))\n"
+        "leave_process_group(ok=False)\n"  # after an error: no barrier, still destroyed
+        "assert not dist.is_initialized()\n"
+        "print('left')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "left"
