@@ -397,15 +397,15 @@ class HFEngine:
         `[prefix, pads, rest]` with the pads masked (the decode steps and `merge` only read
         the attention mask). Otherwise the whole prompts run left-padded."""
         from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
+
+        from agentrl._kvcache import full_attention_cache
 
         n = len(rows)
         prompts = [r.job.request.prompt_ids for r in rows]
         cache = DynamicCache(config=self.model.config)
         shared = _common_prefix_len(prompts) if n > 1 and self.min_shared_prefix else 0
         shared = min(shared, min(len(p) for p in prompts) - 1)  # every row keeps an id to run
-        plain_layers = all(type(layer) is DynamicLayer for layer in cache.layers)
-        if shared < max(self.min_shared_prefix, 1) or not plain_layers:
+        if shared < max(self.min_shared_prefix, 1) or not full_attention_cache(cache):
             shared = 0
         if shared:
             prefix = torch.tensor([prompts[0][:shared]], device=self.device)
@@ -511,9 +511,9 @@ class _Batch:
     def mergeable(self) -> bool:
         """Whether new rows can join: plain dynamic cache layers only (sliding-window or
         quantized layers keep a different layout; their rows wait for the next batch)."""
-        from transformers.cache_utils import DynamicLayer
+        from agentrl._kvcache import full_attention_cache
 
-        return all(type(layer) is DynamicLayer for layer in self.cache.layers)
+        return full_attention_cache(self.cache)
 
     def select(self, keep: list[int]) -> None:
         """Keep rows `keep`; cut the left columns that only padded rows now gone."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from agentrl._kvcache import full_attention_cache
+
 MIN_SHARED = 32
 """Shortest shared prefix worth a separate forward."""
 
@@ -35,18 +37,6 @@ def shared_prefix_len(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
     same = (input_ids == input_ids[:1]).all(dim=0) & (attention_mask > 0).all(dim=0)
     diverged = (~same).nonzero()
     return int(diverged[0, 0]) if diverged.numel() else int(input_ids.shape[1])
-
-
-def _full_attention_cache(cache: object) -> bool:
-    """True for a `DynamicCache` whose layers are all plain `DynamicLayer`s."""
-    from transformers.cache_utils import DynamicCache, DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    return (
-        isinstance(cache, DynamicCache)
-        and bool(layers)
-        and all(type(layer) is DynamicLayer for layer in layers)
-    )
 
 
 def shared_prefix_logits(
@@ -138,7 +128,7 @@ def _prefix_cache(
         **kwargs,
     )
     cache = head.past_key_values
-    if not _full_attention_cache(cache):
+    if not full_attention_cache(cache):
         return None
     rows = input_ids.shape[0]
     for layer in cache.layers:
