@@ -206,6 +206,10 @@ def train(
         raise typer.Exit(130) from None
     finally:
         leave_process_group(ok=ok)
+    if rank is not None:  # a torchrun rank that finished: no interpreter teardown (see there)
+        from agentrl.train._dist import exit_rank
+
+        exit_rank(0)
 
 
 def export(

@@ -8,13 +8,14 @@ group on loopback, so the same code path also works in one plain process.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -82,18 +83,35 @@ def init_process_group(device: torch.device) -> tuple[int, int]:
 
 def leave_process_group(*, ok: bool = True) -> None:
     """Leave the default process group, if one was joined: wait for the other ranks (when this
-    rank ended without error), then destroy the group.
+    rank ended without error), then destroy every group while the interpreter is fully alive.
 
-    Destroying it stops the backend's worker threads before the interpreter exits. Left to
-    interpreter shutdown, a rank can abort with "terminate called without an active
-    exception" after its run has finished (seen under torchrun with DeepSpeed ZeRO-3 on
-    gloo).
+    Garbage collection runs before and after, so that models, optimizers and device meshes
+    that are no longer referenced release their process groups and pending gloo work now,
+    not during interpreter shutdown. Left to shutdown, a rank can abort with "terminate
+    called without an active exception" after its run has finished: seen in CI under torchrun
+    (DeepSpeed ZeRO-3 and FSDP2 on gloo, rank 1, after the last line of output); the pattern
+    is described in pytorch/pytorch#179291.
     """
     if not dist.is_initialized():
         return
+    gc.collect()
     if ok:
         dist.barrier()
     dist.destroy_process_group()
+    gc.collect()
+
+
+def exit_rank(code: int = 0) -> NoReturn:
+    """End this torchrun rank now with `code`, after flushing logs and stdio, skipping
+    interpreter shutdown (where C++ extension teardown can still abort a finished rank; see
+    `leave_process_group`). Call it only once the rank's work is written and its group left.
+    """
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

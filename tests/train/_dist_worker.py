@@ -255,8 +255,10 @@ def main() -> None:
             results[name]["variants"] = run_variants(name)
     if dist.get_rank() == 0:
         args.out.write_text(json.dumps(results, indent=2))
-    dist.barrier()
-    dist.destroy_process_group()
+    from agentrl.train._dist import exit_rank, leave_process_group
+
+    leave_process_group()
+    exit_rank(0)
 
 
 if __name__ == "__main__":
