@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from agentrl._kvcache import full_attention_cache
 from agentrl.rollout.engine import Completion, GenerationRequest, SamplingParams
 
 if TYPE_CHECKING:
@@ -398,8 +399,6 @@ class HFEngine:
         the attention mask). Otherwise the whole prompts run left-padded."""
         from transformers import DynamicCache
 
-        from agentrl._kvcache import full_attention_cache
-
         n = len(rows)
         prompts = [r.job.request.prompt_ids for r in rows]
         cache = DynamicCache(config=self.model.config)
@@ -511,8 +510,6 @@ class _Batch:
     def mergeable(self) -> bool:
         """Whether new rows can join: plain dynamic cache layers only (sliding-window or
         quantized layers keep a different layout; their rows wait for the next batch)."""
-        from agentrl._kvcache import full_attention_cache
-
         return full_attention_cache(self.cache)
 
     def select(self, keep: list[int]) -> None:

@@ -192,7 +192,7 @@ def train(
     if not rank:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
-    from agentrl.train._dist import leave_process_group
+    from agentrl.train._dist import exit_rank, leave_process_group
     from agentrl.train.run import run_training
 
     ok = False
@@ -207,8 +207,6 @@ def train(
     finally:
         leave_process_group(ok=ok)
     if rank is not None:  # a torchrun rank that finished: no interpreter teardown (see there)
-        from agentrl.train._dist import exit_rank
-
         exit_rank(0)
 
 
