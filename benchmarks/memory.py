@@ -8,9 +8,9 @@ peak RSS (`ru_maxrss`, so the ~0.45 GiB of torch, transformers and the interpret
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/memory.py --full   # the whole warm start
 
 By default, two runs:
-1. the warm start at its full size (all 49,152 expert episodes played, written and packed),
-   stopped after `--sft-steps` optimizer steps: its memory peaks there, since the steps are
-   alike and what the end adds (the final NLL on 512 rows, saving a 5 MB model) is small;
+1. the warm start at its full size (all of the default's expert episodes played, written and
+   packed), stopped after `--sft-steps` optimizer steps: its memory peaks there, since the
+   steps are alike and what the end adds (the final NLL on 512 rows, saving a 5 MB model) is small;
 2. a whole run at reduced size: 2,048 expert episodes, then `--rl-steps` RL steps of the
    default recipe with an evaluation (the run's `eval.num_episodes`) at the last one.
 The default run's peak is then ESTIMATED as (1) plus what RL added over its warm start in
@@ -33,7 +33,6 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # as `agentrl` sets it
 
-DEFAULT_EPISODES = 49152
 GIB = 1024**3
 
 
@@ -115,18 +114,19 @@ def main() -> None:
         print(json.dumps({**result, "peak_rss": _peak_rss()}))
         return
 
+    episodes = _config([]).warm_start.num_episodes  # the default run's
     with tempfile.TemporaryDirectory() as tmp:
         if args.full:
-            big = _child(Path(tmp) / "full", DEFAULT_EPISODES, args.rl_steps)
+            big = _child(Path(tmp) / "full", episodes, args.rl_steps)
             print(
-                f"{DEFAULT_EPISODES} expert episodes: warm start peak RSS "
+                f"{episodes} expert episodes: warm start peak RSS "
                 f"{big['warm_start_peak_rss'] / GIB:.2f} GiB; with {args.rl_steps} RL steps and "
                 f"an eval: {big['peak_rss'] / GIB:.2f} GiB ({big['seconds']:.0f} s)"
             )
             return
-        big = _child(Path(tmp) / "big", DEFAULT_EPISODES, 1, args.sft_steps)  # no RL
+        big = _child(Path(tmp) / "big", episodes, 1, args.sft_steps)  # no RL
         print(
-            f"warm start, {DEFAULT_EPISODES} expert episodes, stopped after {args.sft_steps} SFT "
+            f"warm start, {episodes} expert episodes, stopped after {args.sft_steps} SFT "
             f"steps: peak RSS {big['peak_rss'] / GIB:.2f} GiB ({big['seconds']:.0f} s)"
         )
         small = _child(Path(tmp) / "small", args.small, args.rl_steps)
