@@ -29,6 +29,7 @@ __all__ = [
     "reinforce_pp_advantages",
     "rloo_advantages",
     "state_baseline_fit",
+    "state_best_advantages",
     "state_rloo_advantages",
     "trajectory_returns",
     "turn_returns_to_go",
@@ -179,6 +180,50 @@ def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
     visited = state_ids >= 0
     if visited.any():
         out[visited] = rloo_advantages(to_go[visited], state_ids[visited])
+    return out
+
+
+def state_best_advantages(to_go: Tensor, state_ids: Tensor, *, tol: float = 1e-6) -> Tensor:
+    """Rollout policy improvement from the batch's visits of each state, `[B, K], [B, K] ->
+    [B, K]`: in a state whose visits' returns-to-go differ, the visits with the highest one
+    get `1 / k` (k of them share it), every other turn 0.
+
+    With `loss_agg: token-mean` and ratio 1 the update is then cross-entropy on the best
+    answer of each state, weighted one per state: classification-based approximate policy
+    iteration (Lagoudakis & Parr, 2003). It is exact policy improvement when each visit's
+    return is the deterministic return of one answer followed by a fixed policy (all-action
+    branches played on greedily, `trainer.branch_answers: all`, `branch_temperature: 0`).
+    A state visited once, or whose visits all returned alike (within `tol`), says nothing
+    about which answer is better and gets 0.
+
+    >>> to_go = torch.tensor([[9.0, 9.0], [-0.2, 9.0], [9.0, 0.0], [5.0, 0.0]])
+    >>> states = torch.tensor([[7, 8], [7, 8], [7, -1], [3, -1]])
+    >>> state_best_advantages(to_go, states)
+    tensor([[0.5000, 0.0000],
+            [0.0000, 0.0000],
+            [0.5000, 0.0000],
+            [0.0000, 0.0000]])
+    """
+    if to_go.shape != state_ids.shape:
+        raise ValueError(
+            f"to_go {tuple(to_go.shape)} and state_ids {tuple(state_ids.shape)} must match"
+        )
+    out = torch.zeros_like(to_go)
+    visited = state_ids >= 0
+    if not visited.any():
+        return out
+    values = to_go[visited]
+    _, inverse = torch.unique(state_ids[visited], return_inverse=True)
+    n = int(inverse.max()) + 1
+    best = torch.full((n,), float("-inf"), dtype=values.dtype).scatter_reduce(
+        0, inverse, values, reduce="amax"
+    )
+    worst = torch.full((n,), float("inf"), dtype=values.dtype).scatter_reduce(
+        0, inverse, values, reduce="amin"
+    )
+    is_best = (values >= best[inverse] - tol) & (best - worst > tol)[inverse]
+    num_best = torch.zeros(n, dtype=values.dtype).scatter_add(0, inverse, is_best.to(values.dtype))
+    out[visited] = torch.where(is_best, 1.0 / num_best[inverse].clamp(min=1), 0.0)
     return out
 
 

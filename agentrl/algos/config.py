@@ -15,7 +15,9 @@ config does not import torch)."""
 KLKind = Literal["k1", "k2", "k3"]
 """KL estimator (as `agentrl.algos.losses.KLKind`)."""
 
-Estimator = Literal["grpo", "rloo", "reinforce++", "gae", "turn-gae", "state-rloo", "rft"]
+Estimator = Literal[
+    "grpo", "rloo", "reinforce++", "gae", "turn-gae", "state-rloo", "state-best", "rft"
+]
 
 _CRITIC_ESTIMATORS = ("gae", "turn-gae")
 _GROUP_ESTIMATORS = ("grpo", "rloo")
@@ -34,6 +36,10 @@ class AlgoConfig(BaseModel):
     return-to-go of the batch's other visits of the same state, i.e. the same prompt; needs
     `reward_level: turn`; pair it with `loss_agg: token-mean`, which weighs every move alike,
     so that equal moves of episodes that share a path cancel exactly),
+    `state-best` (no critic; rollout policy improvement: in each state whose visits' returns
+    differ, the visits with the best return-to-go get advantage 1/k and the others 0, so the
+    update is cross-entropy on each state's best answer; made for all-action branches played
+    on greedily, `trainer.branch_answers: all`; needs `reward_level: turn`),
     `rft` (rejection-sampling fine-tuning, the imitation baseline: the trainer keeps only the
     successful trajectories and every token gets advantage 1, i.e. SFT on the policy's own
     solved episodes)."""
@@ -48,7 +54,7 @@ class AlgoConfig(BaseModel):
     lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda per sampled token (`gae`; inside a turn for `turn-gae`)."""
     turn_gamma: float = Field(1.0, ge=0.0, le=1.0)
-    """Discount across turns (`turn-gae`, `state-rloo`; `grpo` and `rloo` at
+    """Discount across turns (`turn-gae`, `state-rloo`, `state-best`; `grpo` and `rloo` at
     `reward_level: turn`)."""
     turn_lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda across turns (`turn-gae` only)."""
@@ -117,7 +123,7 @@ class AlgoConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> AlgoConfig:
-        for estimator in ("turn-gae", "state-rloo"):
+        for estimator in ("turn-gae", "state-rloo", "state-best"):
             if self.estimator == estimator and self.reward_level != "turn":
                 raise ValueError(f"estimator {estimator!r} needs reward_level 'turn'")
         return self

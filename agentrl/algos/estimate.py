@@ -31,6 +31,7 @@ from agentrl.algos.advantages import (
     reinforce_pp_advantages,
     rloo_advantages,
     state_baseline_fit,
+    state_best_advantages,
     state_rloo_advantages,
     trajectory_returns,
     turn_level_gae,
@@ -129,7 +130,7 @@ def compute_advantages(
     - `values [B, T]`: critic values at rollout time (needed when `algo.use_critic`).
     - `old_logp`, `ref_logp [B, T]`: needed when the KL goes into the reward.
     - `state_ids [B, K]`: the state each turn acted in (`TrainBatch.turn_states`: equal ids
-      for equal prompts, -1 past the last turn); needed by `state-rloo`.
+      for equal prompts, -1 past the last turn); needed by `state-rloo` and `state-best`.
 
     >>> algo = AlgoConfig(estimator="grpo")
     >>> out = compute_advantages(algo, loss_mask=torch.ones(2, 2),
@@ -141,8 +142,8 @@ def compute_advantages(
     """
     if algo.use_critic and values is None:
         raise ValueError(f"estimator {algo.estimator!r} needs critic values")
-    if algo.estimator == "state-rloo" and state_ids is None:
-        raise ValueError("estimator 'state-rloo' needs state_ids (TrainBatch.turn_states)")
+    if algo.estimator in ("state-rloo", "state-best") and state_ids is None:
+        raise ValueError(f"estimator {algo.estimator!r} needs state_ids (TrainBatch.turn_states)")
     kl = None
     if algo.use_reference and algo.kl_in_reward:
         if old_logp is None or ref_logp is None:
@@ -223,6 +224,14 @@ def _one_row_each(
         credit = state_rloo_advantages(to_go, state_ids)
         adv = _on_turn_tokens(credit, turn_ids, m)
         stats |= state_baseline_fit(to_go, state_ids, credit)
+    elif algo.estimator == "state-best":
+        # Cross-entropy on each state's best answer, where the state's visits disagree.
+        to_go = turn_returns_to_go(
+            _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
+        )  # [B, K]
+        best = state_best_advantages(to_go, state_ids)
+        adv = _on_turn_tokens(best, turn_ids, m)
+        stats["labelled_states"] = float(best.sum())
     elif algo.estimator == "rft":  # the trainer kept only successful trajectories
         adv = mask.clone()
     elif algo.estimator == "reinforce++":

@@ -92,10 +92,12 @@ def choose_branches(
     max_states: int,
     rng: random.Random,
     failed_first: bool = False,
+    all_answers: bool = False,
 ) -> tuple[list[Branch], int]:
     """Up to `max_states` distinct states visited by `trajs` (drawn with `rng`), and at each
-    a `Branch` for every candidate answer that no visit of the state gave. With
-    `failed_first`, states that an episode which failed passed through are drawn first.
+    a `Branch` for every candidate answer that no visit of the state gave (with
+    `all_answers`, for every candidate answer). With `failed_first`, states that an episode
+    which failed passed through are drawn first.
 
     Returns the branches and the number of drawn states skipped because the replay did not
     reproduce the base episode's observation (a nondeterministic env).
@@ -126,7 +128,7 @@ def choose_branches(
             if observation != _observation_before(trajs[i], t):
                 skipped += 1
                 continue
-            answers = [a for a in env.candidate_answers() if a not in answered[sid]]
+            answers = [a for a in env.candidate_answers() if all_answers or a not in answered[sid]]
         finally:
             env.close()
         for answer in answers:

@@ -80,11 +80,20 @@ class TrainerConfig(_Section):
     """All-action branches (`agentrl.train.branch`): at up to this many distinct states the
     step's episodes visited, every other answer the env offers (`candidate_answers`) is played
     and the policy plays on from there, so `state-rloo` credits moves the policy would not
-    have tried. Needs `algo.estimator: state-rloo`, `rollout.history_turns: 0` and the local
-    backend. 0: off."""
+    have tried. Needs `algo.estimator: state-rloo` or `state-best`, `rollout.history_turns: 0`
+    and the local backend. 0: off."""
     branch_failed_first: bool = False
     """With `branch_states`: draw the states that failed episodes passed through first (where
     a move went wrong), then the others."""
+    branch_answers: Literal["unvisited", "all"] = "unvisited"
+    """With `branch_states`: `unvisited` plays the answers no visit of the state gave, and the
+    step trains on its episodes and the branches; `all` plays every candidate answer in each
+    drawn state and trains on the branches only (the sampled episodes only choose the
+    states), so that every answer of a state is judged by the same continuation policy."""
+    branch_temperature: float | None = Field(default=None, ge=0.0)
+    """With `branch_states`: the temperature the policy plays on at after a forced answer
+    (0: greedy, so each answer's return is the deterministic value of that answer followed
+    by the greedy policy). None: `rollout.sampling.temperature`."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

@@ -263,12 +263,13 @@ class Trainer:
         with timer("rollout"):
             result = broadcast_object(self.next_rollout(step))  # rank 0's rollout, everywhere
         trajs = result.trajectories
-        self._fill_forced_logp(trajs)
         self.save_trajectories(step, trajs)
         sampled = [t for t in trajs if not branch.is_branch(t)]  # the step's own episodes
         metrics = trajectory_stats(sampled) | result.metrics
         self._update_replay(sampled)
         trainable = [t for t in trajs if t.status.trainable]
+        if self.cfg.trainer.branch_states and self.cfg.trainer.branch_answers == "all":
+            trainable = [t for t in trainable if branch.is_branch(t)]  # episodes chose states
         if trainable:
             returns = [t.total_reward for t in sampled if t.status.trainable]
             self.state = replace(
@@ -292,8 +293,16 @@ class Trainer:
                 with timer("score"):
                     metrics |= self.score(batch)  # old_logp, ref_logp, old_values
                 metrics |= self.advantages(batch)  # batch.advantages, value_targets [B, T]
-            with timer("update"):
-                metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
+            if algo.estimator == "state-best":  # the loss is the mean over the labelled rows
+                batch = batch.rows(self._credited_rows(batch))
+            if batch.num_rows:
+                with timer("forced_logp"):
+                    self._fill_forced_logp(trainable, batch)
+                with timer("update"):
+                    metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
+            else:
+                log.info("step %d: no state had answers that returned differently; no update", step)
+                metrics["throughput/train_tokens"] = 0.0
             metrics |= filter_metrics
             num_train_tokens = int(metrics["throughput/train_tokens"])
         else:
@@ -395,6 +404,7 @@ class Trainer:
             max_states=self.cfg.trainer.branch_states,
             rng=rng,
             failed_first=self.cfg.trainer.branch_failed_first,
+            all_answers=self.cfg.trainer.branch_answers == "all",
         )
         limit = self.cfg.rollout.max_turns or self.env_factory().max_turns
         going = [b for b in branches if branch.continues(b, limit)]
@@ -406,7 +416,9 @@ class Trainer:
                 list(range(len(going))),
                 group_size=1,
                 cfg=self.cfg.rollout,
-                sampling=self.sampling(step, seed_salt=1),
+                sampling=self.sampling(
+                    step, temperature=self.cfg.trainer.branch_temperature, seed_salt=1
+                ),
                 env_name=self.cfg.env.name,
                 bridge=self.bridge,
             ).trajectories
@@ -435,23 +447,33 @@ class Trainer:
         return RolloutResult(base + extra, result.metrics | metrics)
 
     @torch.no_grad()
-    def _fill_forced_logp(self, trajs: list[Trajectory]) -> None:
-        """Give each branch's forced answer the policy's own logprob as its sampler logprob:
-        its importance weight is then 1 (the all-action update, `agentrl.train.branch`)."""
-        forced = [t.samples[0] for t in trajs if branch.is_branch(t) and t.samples]
+    def _fill_forced_logp(self, trajs: list[Trajectory], batch: TrainBatch) -> None:
+        """Give the forced answers among `batch`'s rows (built from `trajs`) the policy's own
+        logprob as their sampler logprob: their importance weight is then 1 (the all-action
+        update, `agentrl.train.branch`). Only rows the update trains are scored (a branch's
+        forced answer is the turn-0 row of a branch trajectory); saved trajectories keep 0
+        there, as the answer was not sampled."""
+        skips = self._skips_rows_without_credit and batch.advantages is not None
+        trains = self._credited_rows(batch) if skips else None
+        wanted = set(range(batch.num_rows)) if trains is None else set(trains.tolist())
+        first_turn = ((batch.turn_ids == 0) & batch.loss_mask.bool()).any(dim=1)
+        forced = [
+            r
+            for r in sorted(wanted)
+            if first_turn[r] and branch.is_branch(trajs[int(batch.traj_ids[r])])
+        ]
         if not forced:
             return
-        rows = [Trajectory([s], [], "", 0, 0) for s in forced]
-        batch = to_batch(rows, pad_id=self.pad_id)
-        for part in micro_batches(batch, self.cfg.trainer.micro_batch_tokens):
+        rows = batch.rows(forced)
+        rows.row_index = torch.arange(len(forced))
+        for part in micro_batches(rows, self.cfg.trainer.micro_batch_tokens):
             part_dev = _to(part, self.policy.device)
             logp, _ = token_logprobs(self.policy.model, part_dev, temperature=self.temperature)
+            width = logp.shape[1]
             for k, r in enumerate(part.row_index.tolist()):
-                sample = forced[r]
-                values = logp[k, : len(sample)].tolist()
-                sample.sampler_logp = [
-                    v if m else 0.0 for v, m in zip(values, sample.loss_mask, strict=True)
-                ]
+                row = forced[r]
+                mask = batch.loss_mask[row, :width]
+                batch.sampler_logp[row, :width] = logp[k].to(mask.device, mask.dtype) * mask
 
     @functools.cached_property
     def bridge(self) -> ChatBridge:
@@ -975,8 +997,9 @@ def _check_branches(cfg: TrainConfig) -> None:
     if not cfg.trainer.branch_states:
         return
     needs = {
-        "algo.estimator: state-rloo (it credits by visited state)": cfg.algo.estimator
-        == "state-rloo",
+        "algo.estimator: state-rloo or state-best (they credit by visited state)": (
+            cfg.algo.estimator in ("state-rloo", "state-best")
+        ),
         "rollout.history_turns: 0 (the prompt must be the state)": cfg.rollout.history_turns == 0,
         "trainer.backend: local": cfg.trainer.backend == "local",
     }

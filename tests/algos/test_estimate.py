@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentrl.algos.advantages import grpo_advantages
+from agentrl.algos.advantages import grpo_advantages, state_best_advantages
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.estimate import compute_advantages
 from agentrl.algos.presets import list_presets, preset_algo_config
@@ -177,6 +177,7 @@ _GOLDEN_CONFIGS = {
     "state-rloo-kl": dict(
         estimator="state-rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
     ),
+    "state-best": dict(estimator="state-best", reward_level="turn", turn_gamma=0.9),
 }  # fmt: skip
 
 
@@ -316,6 +317,33 @@ def test_state_rloo_credits_the_move_where_episodes_part_and_not_the_shared_ones
             loss_mask=torch.ones(1, 1), turn_ids=torch.zeros(1, 1, dtype=torch.long),
             turn_rewards=torch.zeros(1, 1), group_ids=torch.zeros(1),
         )  # fmt: skip
+
+
+def test_state_best_labels_each_states_best_answers_and_nothing_where_answers_agree() -> None:
+    # Four answers tried in state 1 (turn 0 of four branches), each played on greedily:
+    # two solve in two moves (returns-to-go 10.7), one in three (10.6), one fails (-0.3).
+    # Their later turns act in states of their own (visited once: no comparison). State 5 is
+    # visited twice with equal returns: no label either.
+    fast, slow, failed = [-0.1, -0.1, 10.9, 0.0], [-0.1, -0.1, -0.1, 10.9], [-0.1] * 3 + [0.0]
+    out = compute_advantages(
+        AlgoConfig(estimator="state-best", reward_level="turn"),
+        loss_mask=torch.ones(6, 4), turn_ids=torch.tensor([[0, 1, 2, 3]] * 6),
+        turn_rewards=torch.tensor([fast, fast, slow, failed, fast, fast]),
+        group_ids=torch.zeros(6),
+        state_ids=torch.tensor(
+            [[1, 2, 3, -1], [1, 6, 7, -1], [1, 8, 9, 10], [1, 11, 12, -1], [5, 13, 14, -1],
+             [5, 15, 16, -1]]
+        ),
+    )  # fmt: skip
+    expected = torch.zeros(6, 4)
+    expected[0, 0] = expected[1, 0] = 0.5  # the two best answers share state 1's one label
+    close(out.advantages, expected)
+    assert out.stats["labelled_states"] == pytest.approx(1.0)
+    # a state whose only visit is its one answer, or whose answers all fail alike: no label
+    alike = state_best_advantages(
+        torch.tensor([[3.0], [-0.3], [-0.3]]), torch.tensor([[1], [2], [2]])
+    )
+    assert (alike == 0).all()
 
 
 def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:

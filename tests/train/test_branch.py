@@ -14,7 +14,7 @@ from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import make
 from agentrl.rollout.models import load_tokenizer, resolve_model
-from agentrl.sft.data import expert_episode
+from agentrl.sft.data import expert_episode, expert_ids
 from agentrl.sft.expert import get_expert
 from agentrl.train import branch
 from agentrl.train.batch import to_batch, turn_state_ids
@@ -155,10 +155,14 @@ def test_trainer_trains_forced_answers_with_importance_weight_one(tmp_path) -> N
         assert len(sampled) == 4 and extra
         assert result.metrics["branch/num_branches"] == len(extra)
         assert result.metrics["branch/num_states"] <= 3
-        trainer._fill_forced_logp(result.trajectories)
-        forced = to_batch([t for t in extra], pad_id=trainer.pad_id)
+        forced = to_batch(extra, pad_id=trainer.pad_id)
         mask = forced.loss_mask.bool() & (forced.turn_ids == 0)
+        later = forced.loss_mask.bool() & (forced.turn_ids > 0)
+        sampled_logp = forced.sampler_logp[later].clone()
+        assert (forced.sampler_logp[mask] == 0).all()  # not sampled: nothing recorded
+        trainer._fill_forced_logp(extra, forced)
         assert (forced.sampler_logp[mask] < 0).all()  # filled: the policy's own logprobs
+        assert torch.equal(forced.sampler_logp[later], sampled_logp)  # the sampled ones kept
         with torch.no_grad():
             logp, _ = token_logprobs(trainer.policy.model, forced, temperature=trainer.temperature)
         assert torch.allclose(logp[mask], forced.sampler_logp[mask], atol=1e-5)
@@ -176,3 +180,70 @@ def test_branches_need_state_credit_and_markov_prompts(tmp_path) -> None:
     )
     with pytest.raises(ValueError, match="state-rloo.*history_turns: 0"):
         Trainer(cfg, tmp_path)
+
+
+def test_all_answers_branches_every_candidate_answer_in_each_state(bridge) -> None:
+    base = _long_episode(bridge)
+    branches, _ = branch.choose_branches(
+        [base], ENV, max_states=100, rng=random.Random(0), all_answers=True
+    )
+    for t in range(base.num_turns):
+        assert sorted(b.answer for b in branches if b.turn == t) == sorted(
+            ENV().candidate_answers()
+        )
+
+
+def test_policy_iteration_trains_the_best_answer_of_each_state_on_greedy_returns(
+    tmp_path, monkeypatch
+) -> None:
+    # Room 500002 is solved by one move, Down: of the four answers tried in its first state,
+    # Down alone returns 10.9, so it is that state's label, whatever the untrained policy does.
+    from agentrl.train import trainer as trainer_module
+
+    temperatures: list[float] = []
+    real_rollout = trainer_module.rollout
+
+    def spy(*args, **kwargs):
+        temperatures.append(kwargs["sampling"].temperature)
+        return real_rollout(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "rollout", spy)
+    cfg = load_config(
+        overrides=[
+            "env.name=sokoban", "env.max_turns=3", "env.kwargs.max_actions_per_turn=1",
+            "model.name=tiny", "rollout.group_size=2", "rollout.max_turns=3",
+            "rollout.history_turns=0", "rollout.sampling.max_new_tokens=8",
+            "rollout.sampling.temperature=1.0", "trainer.first_seed=500002",
+            "trainer.num_groups=1", "trainer.num_steps=1", "trainer.num_threads=1",
+            "trainer.branch_states=3", "checkpoint.every=0", "logging.progress=false",
+            "logging.tensorboard=false", "logging.save_trajectories=0",
+        ],
+        base=load_preset("policy-iteration"),
+    )  # fmt: skip
+    trainer = Trainer(cfg, tmp_path)
+    updated = []
+    real_update = trainer.update
+
+    def record(batch, **kwargs):
+        updated.append(batch)
+        return real_update(batch, **kwargs)
+
+    monkeypatch.setattr(trainer, "update", record)
+    try:
+        assert trainer.train_seeds(1) == [500002]
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert temperatures == [1.0, 0.0]  # episodes at the rollout's temperature, branches greedy
+    (batch,) = updated
+    trained = batch.loss_mask.bool()
+    assert (batch.advantages[trained] > 0).all()  # every trained row is a state's best answer
+    down = expert_ids(ChatBridge(trainer.tokenizer), "<answer>Down</answer>")
+    first_state_rows = [
+        r for r in range(batch.num_rows) if batch.input_ids[r, trained[r]].tolist() == down
+    ]
+    assert first_state_rows  # the solving move is among the labels
+    assert metrics["advantage/labelled_states"] == pytest.approx(
+        float(batch.advantages[trained].sum()) / len(down), rel=1e-5
+    )  # each labelled state weighs one, spread over its best answers' tokens
+    assert metrics["actor/tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
