@@ -122,7 +122,7 @@ def train(
             "--preset",
             help=(
                 "Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++, "
-                "state-rloo."
+                "state-rloo, policy-iteration."
             ),
         ),
     ] = None,
