@@ -43,8 +43,9 @@ from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 
 BRANCH_KEY = "branch"
-"""`Trajectory.reset_info` key of a branch: `{"turn": t, "answer": text}` (the base episode's
-turn it branched at, and the forced answer)."""
+"""`Trajectory.reset_info` key of a branch: `{"turn": t, "answer": text, "prefix": [...]}` (the
+base episode's turn it branched at, the forced answer, and the base episode's answers before
+that turn: `reset(seed)` then these answers replays the branch's first state)."""
 
 
 def is_branch(traj: Trajectory) -> bool:
@@ -267,7 +268,13 @@ def branch_trajectory(
         group_id=base.group_id,
         system_prompt=base.system_prompt,
         first_observation=_observation_before(base, branch.turn),
-        reset_info={BRANCH_KEY: {"turn": branch.turn, "answer": branch.answer}},
+        reset_info={
+            BRANCH_KEY: {
+                "turn": branch.turn,
+                "answer": branch.answer,
+                "prefix": [t.action_text for t in base.turns[: branch.turn]],
+            }
+        },
         per_turn_samples=True,
     )
     if continuation is not None:

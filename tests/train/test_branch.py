@@ -121,6 +121,14 @@ def test_a_branch_continues_in_the_states_the_base_episode_saw(bridge) -> None:
     assert turn_state_ids(traj, n) == turn_state_ids(base, base.num_turns)[t:]
     row = to_batch([traj], pad_id=0)
     assert row.turn_ids.max() == n - 1  # the continuation's turns follow the forced one
+    # the branch names the answers that lead to its first state: a replay lands there
+    info = traj.reset_info[branch.BRANCH_KEY]
+    assert info["prefix"] == [x.action_text for x in base.turns[:t]]
+    replayed = ENV()
+    obs = replayed.reset(seed=traj.seed)[0]
+    for answer in info["prefix"]:
+        obs = replayed.step(answer)[0]
+    assert obs == traj.first_observation
 
 
 def test_branch_env_ends_where_the_base_turn_limit_would(bridge) -> None:
