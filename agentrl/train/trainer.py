@@ -294,7 +294,11 @@ class Trainer:
                     metrics |= self.score(batch)  # old_logp, ref_logp, old_values
                 metrics |= self.advantages(batch)  # batch.advantages, value_targets [B, T]
             if algo.estimator == "state-best":  # the loss is the mean over the labelled rows
-                batch = batch.rows(self._credited_rows(batch))
+                keep = self._credited_rows(batch).tolist()
+                if self.cfg.trainer.branch_states and self.cfg.trainer.branch_answers == "all":
+                    forced = set(self._forced_rows(trainable, batch))  # the answers tried, not
+                    keep = [r for r in keep if r in forced]  # the continuations' samples
+                batch = batch.rows(keep)
             if batch.num_rows:
                 with timer("forced_logp"):
                     self._fill_forced_logp(trainable, batch)
@@ -454,14 +458,8 @@ class Trainer:
         forced answer is the turn-0 row of a branch trajectory); saved trajectories keep 0
         there, as the answer was not sampled."""
         skips = self._skips_rows_without_credit and batch.advantages is not None
-        trains = self._credited_rows(batch) if skips else None
-        wanted = set(range(batch.num_rows)) if trains is None else set(trains.tolist())
-        first_turn = ((batch.turn_ids == 0) & batch.loss_mask.bool()).any(dim=1)
-        forced = [
-            r
-            for r in sorted(wanted)
-            if first_turn[r] and branch.is_branch(trajs[int(batch.traj_ids[r])])
-        ]
+        trains = set(self._credited_rows(batch).tolist()) if skips else None
+        forced = [r for r in self._forced_rows(trajs, batch) if trains is None or r in trains]
         if not forced:
             return
         rows = batch.rows(forced)
@@ -474,6 +472,17 @@ class Trainer:
                 row = forced[r]
                 mask = batch.loss_mask[row, :width]
                 batch.sampler_logp[row, :width] = logp[k].to(mask.device, mask.dtype) * mask
+
+    @staticmethod
+    def _forced_rows(trajs: list[Trajectory], batch: TrainBatch) -> list[int]:
+        """The rows of `batch` (built from `trajs`) that hold a branch's forced answer: the
+        turn-0 row of a branch trajectory."""
+        first_turn = ((batch.turn_ids == 0) & batch.loss_mask.bool()).any(dim=1)
+        return [
+            r
+            for r in range(batch.num_rows)
+            if first_turn[r] and branch.is_branch(trajs[int(batch.traj_ids[r])])
+        ]
 
     @functools.cached_property
     def bridge(self) -> ChatBridge:
