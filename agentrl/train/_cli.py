@@ -50,26 +50,32 @@ def resolve_train_config(
     `base_file` (a resumed run's config.yaml) replaces all defaults and the preset.
     """
     import yaml
+    from pydantic import BaseModel, ConfigDict, Field
 
     from agentrl.algos.presets import load_preset
-    from agentrl.config import _deep_merge, load_config
+    from agentrl.config import EnvConfig, _deep_merge, load_config
+
+    class _EnvOnly(BaseModel):
+        """The `env` section of an unvalidated config tree (the rest is ignored)."""
+
+        model_config = ConfigDict(extra="ignore")
+        env: dict[str, Any] = Field(default_factory=dict)
 
     flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
     if base_file is not None:
         base = yaml.safe_load(Path(base_file).read_text()) or {}
         return load_config(config_file, flag_overrides + list(overrides), base=base)
     cpu = yaml.safe_load((Path(__file__).with_name("defaults") / "cpu.yaml").read_text())
-    env_tree: dict[str, Any] = {}
-    env_preset = None
-    for _ in range(2):  # the env is known once the layers are merged; then add its defaults
-        base = _deep_merge(
-            _deep_merge(cpu, env_tree), load_preset(preset or env_preset or DEFAULT_PRESET)
-        )
-        cfg = load_config(config_file, flag_overrides + list(overrides), base=base)
-        env_tree, env_preset = env_defaults(cfg.env.name)
-        if not env_tree and env_preset is None:
-            return cfg
-    return cfg
+    # The env is known once the layers are merged; its defaults and preset then go under the
+    # others. The first merge is not validated: it may hold an override (say
+    # `algo.estimator=state-rloo`) that only the env's preset makes valid.
+    layers = _deep_merge(cpu, load_preset(preset or DEFAULT_PRESET))
+    first = load_config(config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly)
+    env_tree, env_preset = env_defaults(first.env.get("name") or EnvConfig().name)
+    base = _deep_merge(
+        _deep_merge(cpu, env_tree), load_preset(preset or env_preset or DEFAULT_PRESET)
+    )
+    return load_config(config_file, flag_overrides + list(overrides), base=base)
 
 
 def _default_run_dir(cfg: Any) -> Path:

@@ -274,3 +274,26 @@ def test_only_credited_rows_are_scored_and_they_score_as_in_the_full_pass(tmp_pa
     others[rows] = False
     assert (part[others] == 0).all() and (full[others] != 0).any()
     assert metrics["time/score"] >= 0 and "actor/pg_loss" in metrics
+
+
+def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted() -> None:
+    # Sokoban's defaults name the state-rloo preset (reward_level: turn). Overriding the
+    # estimator to it must not be checked against the default preset's trajectory rewards.
+    from agentrl.config import ConfigError
+    from agentrl.train._cli import resolve_train_config
+
+    cfg = resolve_train_config(
+        config_file=None,
+        overrides=["algo.estimator=state-rloo"],
+        preset=None,
+        flags={"env.name": "sokoban"},
+    )
+    assert (cfg.algo.estimator, cfg.algo.reward_level) == ("state-rloo", "turn")
+    assert cfg.warm_start.expert == "solver"  # the env's defaults still apply
+    with pytest.raises(ConfigError, match="reward_level"):  # an env without them: still refused
+        resolve_train_config(
+            config_file=None,
+            overrides=["algo.estimator=state-rloo"],
+            preset=None,
+            flags={"env.name": "guess_number"},
+        )
