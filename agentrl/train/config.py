@@ -89,7 +89,8 @@ class TrainerConfig(_Section):
     """With `branch_states`: `unvisited` plays the answers no visit of the state gave, and the
     step trains on its episodes and the branches; `all` plays every candidate answer in each
     drawn state and trains on the branches only (the sampled episodes only choose the
-    states), so that every answer of a state is judged by the same continuation policy."""
+    states; with `algo.estimator: state-best`, only the forced answers), so that every answer
+    of a state is judged by the same continuation policy."""
     branch_temperature: float | None = Field(default=None, ge=0.0)
     """With `branch_states`: the temperature the policy plays on at after a forced answer
     (0: greedy, so each answer's return is the deterministic value of that answer followed
