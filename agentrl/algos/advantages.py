@@ -151,6 +151,13 @@ def rloo_advantages(returns: Tensor, group_ids: Tensor) -> Tensor:
     return (scale * (returns - mean)).to(returns.dtype)
 
 
+def _check_states(to_go: Tensor, state_ids: Tensor) -> None:
+    if to_go.shape != state_ids.shape:
+        raise ValueError(
+            f"to_go {tuple(to_go.shape)} and state_ids {tuple(state_ids.shape)} must match"
+        )
+
+
 def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
     """Per-move credit from the batch's own visits of each state: a turn's return-to-go minus
     the mean return-to-go of the *other* visits of the same state (RLOO with the state as the
@@ -172,10 +179,7 @@ def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
             [-10.,   0.],
             [  0.,   0.]])
     """
-    if to_go.shape != state_ids.shape:
-        raise ValueError(
-            f"to_go {tuple(to_go.shape)} and state_ids {tuple(state_ids.shape)} must match"
-        )
+    _check_states(to_go, state_ids)
     out = torch.zeros_like(to_go)
     visited = state_ids >= 0
     if visited.any():
@@ -204,10 +208,7 @@ def state_best_advantages(to_go: Tensor, state_ids: Tensor, *, tol: float = 1e-6
             [0.5000, 0.0000],
             [0.0000, 0.0000]])
     """
-    if to_go.shape != state_ids.shape:
-        raise ValueError(
-            f"to_go {tuple(to_go.shape)} and state_ids {tuple(state_ids.shape)} must match"
-        )
+    _check_states(to_go, state_ids)
     out = torch.zeros_like(to_go)
     visited = state_ids >= 0
     if not visited.any():

@@ -216,22 +216,18 @@ def _one_row_each(
         )  # [B, K]
         center, scale = _group_center_scale(algo, to_go[:, 0], group_ids)  # [B], [B]
         adv = _on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1), turn_ids, m)
-    elif algo.estimator == "state-rloo":
-        # Each turn's return-to-go less the mean of the other visits of the same state.
+    elif algo.estimator in ("state-rloo", "state-best"):
         to_go = turn_returns_to_go(
             _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
         )  # [B, K]
-        credit = state_rloo_advantages(to_go, state_ids)
+        if algo.estimator == "state-rloo":
+            # Each turn's return-to-go less the mean of the other visits of the same state.
+            credit = state_rloo_advantages(to_go, state_ids)
+            stats |= state_baseline_fit(to_go, state_ids, credit)
+        else:  # cross-entropy on each state's best answer, where the state's visits disagree
+            credit = state_best_advantages(to_go, state_ids)
+            stats["labelled_states"] = float(credit.sum())
         adv = _on_turn_tokens(credit, turn_ids, m)
-        stats |= state_baseline_fit(to_go, state_ids, credit)
-    elif algo.estimator == "state-best":
-        # Cross-entropy on each state's best answer, where the state's visits disagree.
-        to_go = turn_returns_to_go(
-            _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
-        )  # [B, K]
-        best = state_best_advantages(to_go, state_ids)
-        adv = _on_turn_tokens(best, turn_ids, m)
-        stats["labelled_states"] = float(best.sum())
     elif algo.estimator == "rft":  # the trainer kept only successful trajectories
         adv = mask.clone()
     elif algo.estimator == "reinforce++":

@@ -268,7 +268,7 @@ class Trainer:
         metrics = trajectory_stats(sampled) | result.metrics
         self._update_replay(sampled)
         trainable = [t for t in trajs if t.status.trainable]
-        if self.cfg.trainer.branch_states and self.cfg.trainer.branch_answers == "all":
+        if self._trains_branches_only:
             trainable = [t for t in trainable if branch.is_branch(t)]  # episodes chose states
         if trainable:
             returns = [t.total_reward for t in sampled if t.status.trainable]
@@ -295,7 +295,7 @@ class Trainer:
                 metrics |= self.advantages(batch)  # batch.advantages, value_targets [B, T]
             if algo.estimator == "state-best":  # the loss is the mean over the labelled rows
                 keep = self._credited_rows(batch).tolist()
-                if self.cfg.trainer.branch_states and self.cfg.trainer.branch_answers == "all":
+                if self._trains_branches_only:
                     forced = set(self._forced_rows(trainable, batch))  # the answers tried, not
                     keep = [r for r in keep if r in forced]  # the continuations' samples
                 batch = batch.rows(keep)
@@ -554,6 +554,13 @@ class Trainer:
         critic): a row whose advantages are all 0 adds nothing to it or to its gradient."""
         a = self.cfg.algo
         return a.entropy_coef == 0 and not a.use_kl_loss and self.critic is None
+
+    @property
+    def _trains_branches_only(self) -> bool:
+        """Every answer is branched in each drawn state (`trainer.branch_answers: all`): the
+        step's episodes only choose the states, the branches are trained."""
+        t = self.cfg.trainer
+        return bool(t.branch_states) and t.branch_answers == "all"
 
     @property
     def _credit_before_scoring(self) -> bool:

@@ -142,19 +142,23 @@ def test_branch_env_ends_where_the_base_turn_limit_would(bridge) -> None:
     assert second[3] or second[2]
 
 
-def test_trainer_trains_forced_answers_with_importance_weight_one(tmp_path) -> None:
-    cfg = load_config(
+def _branch_config(preset: str, *overrides: str):
+    """A one-step tiny-model Sokoban run with branches at 3 states a step."""
+    return load_config(
         overrides=[
             "env.name=sokoban", "env.max_turns=3", "env.kwargs.max_actions_per_turn=1",
             "model.name=tiny", "rollout.group_size=2", "rollout.max_turns=3",
             "rollout.history_turns=0", "rollout.sampling.max_new_tokens=8",
-            "rollout.sampling.temperature=1.0",
-            "trainer.num_groups=2", "trainer.num_steps=1", "trainer.num_threads=1",
+            "rollout.sampling.temperature=1.0", "trainer.num_steps=1", "trainer.num_threads=1",
             "trainer.branch_states=3", "checkpoint.every=0", "logging.progress=false",
-            "logging.tensorboard=false", "logging.save_trajectories=0",
+            "logging.tensorboard=false", "logging.save_trajectories=0", *overrides,
         ],
-        base=load_preset("state-rloo"),
+        base=load_preset(preset),
     )  # fmt: skip
+
+
+def test_trainer_trains_forced_answers_with_importance_weight_one(tmp_path) -> None:
+    cfg = _branch_config("state-rloo", "trainer.num_groups=2")
     trainer = Trainer(cfg, tmp_path)
     try:
         result = trainer.rollout(1)
@@ -216,18 +220,7 @@ def test_policy_iteration_trains_the_best_answer_of_each_state_on_greedy_returns
         return real_rollout(*args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "rollout", spy)
-    cfg = load_config(
-        overrides=[
-            "env.name=sokoban", "env.max_turns=3", "env.kwargs.max_actions_per_turn=1",
-            "model.name=tiny", "rollout.group_size=2", "rollout.max_turns=3",
-            "rollout.history_turns=0", "rollout.sampling.max_new_tokens=8",
-            "rollout.sampling.temperature=1.0", "trainer.first_seed=500002",
-            "trainer.num_groups=1", "trainer.num_steps=1", "trainer.num_threads=1",
-            "trainer.branch_states=3", "checkpoint.every=0", "logging.progress=false",
-            "logging.tensorboard=false", "logging.save_trajectories=0",
-        ],
-        base=load_preset("policy-iteration"),
-    )  # fmt: skip
+    cfg = _branch_config("policy-iteration", "trainer.first_seed=500002", "trainer.num_groups=1")
     trainer = Trainer(cfg, tmp_path)
     updated = []
     real_update = trainer.update
