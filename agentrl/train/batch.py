@@ -169,6 +169,47 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
     )
 
 
+_TOKEN_PAD = {"input_ids": None, "turn_ids": -1}
+"""Fill of a `[B, T]` field past a row's end (`input_ids`: the pad id; the others 0)."""
+
+
+def concat_batches(batches: Sequence[TrainBatch], *, pad_id: int) -> TrainBatch:
+    """The rows of `batches`, in order, in one batch: token fields padded to the longest row,
+    turn fields to the most turns, and group and trajectory ids offset so that no two
+    batches share one (a group's rows stay a group; rows of different batches never are).
+    An optional field must be set in every batch or in none.
+
+    """
+    if not batches:
+        raise ValueError("concat_batches: no batch")
+    width = max(b.input_ids.shape[1] for b in batches)
+    turns = max(b.turn_rewards.shape[1] for b in batches)
+    out: dict[str, torch.Tensor | None] = {}
+    for f in dataclasses.fields(TrainBatch):
+        values = [getattr(b, f.name) for b in batches]
+        if all(v is None for v in values):
+            out[f.name] = None
+            continue
+        if any(v is None for v in values):
+            raise ValueError(f"concat_batches: {f.name} is set in some batches, not all")
+        if f.name in ("group_ids", "traj_ids"):
+            offset, shifted = 0, []
+            for v in values:
+                shifted.append(v + offset)
+                offset += int(v.max()) + 1 if v.numel() else 0
+            values = shifted
+        elif values[0].dim() == 2:
+            size = turns if f.name in _TURN_FIELDS else width
+            fill = -1 if f.name == "turn_states" else _TOKEN_PAD.get(f.name, 0)
+            fill = pad_id if fill is None else fill
+            values = [
+                torch.nn.functional.pad(v, (0, size - v.shape[1]), value=fill) for v in values
+            ]
+        out[f.name] = torch.cat(values)
+    out["row_index"] = torch.arange(sum(b.num_rows for b in batches))
+    return TrainBatch(**out)
+
+
 def mini_batches(
     batch: TrainBatch, num_mini_batches: int, *, generator: torch.Generator | None = None
 ) -> list[TrainBatch]:

@@ -95,6 +95,12 @@ class TrainerConfig(_Section):
     """With `branch_states`: the temperature the policy plays on at after a forced answer
     (0: greedy, so each answer's return is the deterministic value of that answer followed
     by the greedy policy). None: `rollout.sampling.temperature`."""
+    label_replay_steps: int = Field(default=0, ge=0)
+    """With `algo.estimator: state-best`: each update also trains the labelled answers of the
+    last this many steps (a replay buffer of labels; their logprobs are re-scored with the
+    current weights before the update), so a label is learned from more than once. A
+    state's best answer under the policy that labelled it stays a good answer while the
+    policy improves. The buffer is not checkpointed: a resumed run starts it empty. 0: off."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

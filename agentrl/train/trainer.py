@@ -12,6 +12,7 @@ import inspect
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -47,7 +48,13 @@ from agentrl.train._ranks import (
     shard_rows,
 )
 from agentrl.train.backend import make_backend, resolve_device
-from agentrl.train.batch import TrainBatch, micro_batches, mini_batches, to_batch
+from agentrl.train.batch import (
+    TrainBatch,
+    concat_batches,
+    micro_batches,
+    mini_batches,
+    to_batch,
+)
 from agentrl.train.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -55,7 +62,7 @@ from agentrl.train.checkpoint import (
     save_checkpoint,
 )
 from agentrl.train.critic import build_critic, fit_value_head, token_values
-from agentrl.train.engines import SeededEngine, build_engine
+from agentrl.train.engines import GreedyCache, SeededEngine, build_engine
 from agentrl.train.metrics import (
     ABSOLUTE_SIGNALS,
     CollapseDetector,
@@ -235,6 +242,9 @@ class Trainer:
             self.engine = SeededEngine(
                 engine if engine is not None else build_engine(cfg, self.model_path)
             )
+        self._branch_engine = GreedyCache(self.engine) if self.engine is not None else None
+        """The engine branches play on with: greedy continuations that reach a state (prompt)
+        another continuation already played from are not generated again."""
         self._synced_step = self.state.step
         if resume:
             self.sync_weights(force=True)
@@ -253,6 +263,8 @@ class Trainer:
         self._last_checkpoint_s: float | None = None
         self._pending: concurrent.futures.Future[RolloutResult] | None = None
         self._prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout")
+        self._label_replay: deque[TrainBatch] = deque(maxlen=cfg.trainer.label_replay_steps or 1)
+        """The labelled rows of the last `trainer.label_replay_steps` steps (`state-best`)."""
 
     # -- the step -----------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
@@ -299,9 +311,11 @@ class Trainer:
                     forced = set(self._forced_rows(trainable, batch))  # the answers tried, not
                     keep = [r for r in keep if r in forced]  # the continuations' samples
                 batch = batch.rows(keep)
+            with timer("forced_logp"):
+                self._fill_forced_logp(trainable, batch)
+                batch, replay_metrics = self._with_label_replay(batch)
+            metrics |= replay_metrics
             if batch.num_rows:
-                with timer("forced_logp"):
-                    self._fill_forced_logp(trainable, batch)
                 with timer("update"):
                     metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
             else:
@@ -400,6 +414,8 @@ class Trainer:
         at up to that many of the states its episodes visited, every answer the env offers
         that no visit gave, each followed by the policy to the end of the episode."""
         start = time.perf_counter()
+        cache = self._branch_engine
+        cache.hits = cache.misses = 0
         base = result.trajectories
         rng = random.Random(self.cfg.seed * 1_000_003 + step)
         branches, skipped = branch.choose_branches(
@@ -414,7 +430,7 @@ class Trainer:
         going = [b for b in branches if branch.continues(b, limit)]
         continuations = iter(
             rollout(
-                self.engine,
+                self._branch_engine,
                 branch.branch_env_factory(self.env_factory, base, going, limit),
                 self.tokenizer,
                 list(range(len(going))),
@@ -441,6 +457,8 @@ class Trainer:
         ]
         n = max(len(extra), 1)
         metrics = {
+            "branch/greedy_cache_hits": float(cache.hits),
+            "branch/greedy_cache_misses": float(cache.misses),
             "branch/num_branches": float(len(extra)),
             "branch/num_states": float(len({(b.base, b.turn) for b in branches})),
             "branch/skipped_states": float(skipped),
@@ -460,6 +478,11 @@ class Trainer:
         skips = self._skips_rows_without_credit and batch.advantages is not None
         trains = set(self._credited_rows(batch).tolist()) if skips else None
         forced = [r for r in self._forced_rows(trajs, batch) if trains is None or r in trains]
+        self._set_sampler_logp(batch, forced)
+
+    @torch.no_grad()
+    def _set_sampler_logp(self, batch: TrainBatch, forced: list[int]) -> None:
+        """Set the sampler logprob of `batch`'s rows `forced` to the policy's own logprob."""
         if not forced:
             return
         rows = batch.rows(forced)
@@ -472,6 +495,30 @@ class Trainer:
                 row = forced[r]
                 mask = batch.loss_mask[row, :width]
                 batch.sampler_logp[row, :width] = logp[k].to(mask.device, mask.dtype) * mask
+
+    def _with_label_replay(self, batch: TrainBatch) -> tuple[TrainBatch, dict[str, float]]:
+        """`batch` (this step's labelled rows) plus the labelled rows of the last
+        `trainer.label_replay_steps` steps, which are re-scored with the current weights
+        (`old_logp`, and the sampler logprob of a forced answer) so their ratio starts at 1;
+        this step's rows join the buffer."""
+        if not self.cfg.trainer.label_replay_steps:
+            return batch, {}
+        old = [b for b in self._label_replay if b.num_rows]
+        kept = batch.rows(torch.arange(batch.num_rows))  # a copy, so the buffer is not aliased
+        kept.old_logp = None
+        self._label_replay.append(kept)  # a step without labels takes its place too
+        if not old:
+            return batch, {"replay/label_rows": 0.0}
+        replayed = concat_batches(old, pad_id=self.pad_id)
+        self.score(replayed)
+        if replayed.old_logp is not None:  # the same weights: no second forward
+            replayed.sampler_logp = replayed.old_logp * replayed.loss_mask
+        else:
+            self._set_sampler_logp(replayed, list(range(replayed.num_rows)))
+        parts = [batch, replayed] if batch.num_rows else [replayed]
+        return concat_batches(parts, pad_id=self.pad_id), {
+            "replay/label_rows": float(replayed.num_rows)
+        }
 
     @staticmethod
     def _forced_rows(trajs: list[Trajectory], batch: TrainBatch) -> list[int]:
@@ -1009,7 +1056,13 @@ def _check_env(name: str, kwargs: dict[str, Any]) -> None:
 
 
 def _check_branches(cfg: TrainConfig) -> None:
-    """`trainer.branch_states` needs state credit, Markov prompts and one process."""
+    """`trainer.branch_states` needs state credit, Markov prompts and one process;
+    `trainer.label_replay_steps` needs labels (`state-best`)."""
+    if cfg.trainer.label_replay_steps and cfg.algo.estimator != "state-best":
+        raise ValueError(
+            f"trainer.label_replay_steps={cfg.trainer.label_replay_steps} needs "
+            f"algo.estimator: state-best (it replays labels; got {cfg.algo.estimator!r})"
+        )
     if not cfg.trainer.branch_states:
         return
     needs = {

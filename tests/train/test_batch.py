@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.train.batch import micro_batches, mini_batches, to_batch
+from agentrl.train.batch import concat_batches, micro_batches, mini_batches, to_batch
 from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 
 
@@ -107,3 +107,22 @@ def test_mini_batches_keep_groups_and_trajectories_whole() -> None:
             assert p.group_ids.unique().numel() == 1
             (group,) = p.group_ids.unique().tolist()
             assert p.num_rows == int((batch.group_ids == group).sum())
+
+
+def test_concat_batches_pads_and_keeps_groups_apart() -> None:
+    a = to_batch([_traj(0, [1.0], [_sample(2, 1)]), _traj(3, [0.0], [_sample(1, 1)])], pad_id=0)
+    b = to_batch([_traj(0, [0.5, 0.5], [_sample(3, 2), _sample(1, 1, turn=1)])], pad_id=9)
+    a.advantages = torch.ones_like(a.loss_mask)
+    b.advantages = 2 * torch.ones_like(b.loss_mask)
+    c = concat_batches([a, b], pad_id=9)
+    assert c.num_rows == 4 and c.input_ids.shape[1] == 5 and c.turn_rewards.shape[1] == 2
+    assert c.input_ids[0].tolist() == [1, 2, 3, 9, 9]  # a's rows padded with the pad id
+    assert c.loss_mask[0].tolist() == [0, 0, 1, 0, 0] and c.turn_ids[0, 3:].tolist() == [-1, -1]
+    assert c.group_ids.tolist() == [0, 3, 4, 4]  # b's group 0 is not a's group 0
+    assert c.traj_ids.tolist() == [0, 1, 2, 2]
+    assert c.row_index.tolist() == [0, 1, 2, 3]
+    assert torch.equal(c.advantages[2:], b.advantages)
+    assert c.turn_states[0, 1] == -1  # a turn a's rows never had
+    b.old_logp = torch.zeros_like(b.loss_mask)
+    with pytest.raises(ValueError, match="old_logp is set in some batches"):
+        concat_batches([a, b], pad_id=9)

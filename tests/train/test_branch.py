@@ -236,6 +236,7 @@ def test_policy_iteration_trains_the_best_answer_of_each_state_on_greedy_returns
     finally:
         trainer.close()
     assert temperatures == [1.0, 0.0]  # episodes at the rollout's temperature, branches greedy
+    assert metrics["branch/greedy_cache_misses"] > 0  # continuations that meet play on once
     (batch,) = updated
     trained = batch.loss_mask.bool()
     assert (batch.advantages[trained] > 0).all()  # every trained row is a state's best answer
@@ -249,3 +250,49 @@ def test_policy_iteration_trains_the_best_answer_of_each_state_on_greedy_returns
     weight = float(batch.advantages[trained].sum()) / len(down)
     assert 1.0 <= weight <= metrics["advantage/labelled_states"] + 1e-5
     assert metrics["actor/tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_label_replay_trains_the_labels_of_earlier_steps_again(tmp_path, monkeypatch) -> None:
+    cfg = _branch_config(
+        "policy-iteration",
+        "trainer.first_seed=500002",
+        "trainer.num_groups=1",
+        "trainer.label_replay_steps=2",
+    )
+    trainer = Trainer(cfg, tmp_path)
+    updated = []
+    real_update = trainer.update
+
+    def record(batch, **kwargs):
+        updated.append(batch)
+        return real_update(batch, **kwargs)
+
+    monkeypatch.setattr(trainer, "update", record)
+    monkeypatch.setattr(trainer, "train_seeds", lambda step: [500002])
+    try:
+        steps = [trainer.train_step() for _ in range(4)]
+        new = [int((b.row_index >= 0).sum()) - int(m.get("replay/label_rows", 0))
+               for b, m in zip(updated, steps, strict=True)]  # fmt: skip
+        assert all(n > 0 for n in new)  # room 500002 has a label every step
+        assert steps[0]["replay/label_rows"] == 0
+        assert steps[1]["replay/label_rows"] == new[0]
+        assert steps[3]["replay/label_rows"] == new[1] + new[2]  # two steps back, no more
+        # the rows of step 1 come back in step 2 with their labels, after this step's rows
+        first, second = updated[0], updated[1]
+        replayed = second.rows(torch.arange(new[1], second.num_rows))
+        assert torch.equal(replayed.advantages, first.advantages[:, : replayed.input_ids.shape[1]])
+        # re-scored with the current weights: the replayed answers' importance weight is 1
+        trained = replayed.loss_mask.bool()
+        with torch.no_grad():
+            logp, _ = token_logprobs(trainer.policy.model, replayed, temperature=1.0)
+        assert (replayed.sampler_logp[trained] < 0).all()
+        assert all(m["actor/tis_weight_mean"] == pytest.approx(1.0, abs=1e-3) for m in steps)
+        assert len(set(second.group_ids.tolist())) == 2  # the two steps' rows: two groups
+    finally:
+        trainer.close()
+
+
+def test_label_replay_needs_labels(tmp_path) -> None:
+    cfg = _branch_config("state-rloo", "trainer.label_replay_steps=2")
+    with pytest.raises(ValueError, match="label_replay_steps=2 needs algo.estimator: state-best"):
+        Trainer(cfg, tmp_path)
