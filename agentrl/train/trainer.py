@@ -311,10 +311,13 @@ class Trainer:
                     forced = set(self._forced_rows(trainable, batch))  # the answers tried, not
                     keep = [r for r in keep if r in forced]  # the continuations' samples
                 batch = batch.rows(keep)
-            with timer("forced_logp"):
-                self._fill_forced_logp(trainable, batch)
-                batch, replay_metrics = self._with_label_replay(batch)
-            metrics |= replay_metrics
+            if batch.num_rows:
+                with timer("forced_logp"):
+                    self._fill_forced_logp(trainable, batch)
+            if self.cfg.trainer.label_replay_steps:
+                with timer("label_replay"):
+                    batch, replay_metrics = self._with_label_replay(batch)
+                metrics |= replay_metrics
             if batch.num_rows:
                 with timer("update"):
                     metrics |= self.update(batch, train_policy=step > self.critic_warmup_steps)
@@ -501,8 +504,6 @@ class Trainer:
         `trainer.label_replay_steps` steps, which are re-scored with the current weights
         (`old_logp`, and the sampler logprob of a forced answer) so their ratio starts at 1;
         this step's rows join the buffer."""
-        if not self.cfg.trainer.label_replay_steps:
-            return batch, {}
         old = [b for b in self._label_replay if b.num_rows]
         kept = batch.rows(torch.arange(batch.num_rows))  # a copy, so the buffer is not aliased
         kept.old_logp = None
