@@ -103,7 +103,8 @@ def _convert_smollm2(dest: Path) -> None:
 
 
 def resolve_model(name: str) -> Path:
-    """The local Hugging Face folder for `name`: an alias, a local path, or a Hugging Face id.
+    """The local Hugging Face folder for `name`: an alias, a local path (a model folder, or a
+    training checkpoint `RUN/checkpoints/step-N`: its policy), or a Hugging Face id.
 
     Aliases are built on first use in `cache_dir()`. Hugging Face ids come from the HF cache
     (downloaded if allowed; `HF_HUB_OFFLINE=1` is respected).
@@ -115,8 +116,16 @@ def resolve_model(name: str) -> Path:
         return _materialize(cache_dir() / f"smollm2-135m-v{SMOLLM2_VERSION}", _convert_smollm2)
     path = Path(name).expanduser()
     if path.is_dir():
+        if (path / "policy" / "model" / "config.json").is_file():  # a training checkpoint
+            return (path / "policy" / "model").resolve()
         if not (path / "config.json").is_file():
-            raise ModelNotFoundError(f"{path} is a folder but has no config.json")
+            hint = (
+                f" (a training run or checkpoint: write its policy out as a model folder with "
+                f"`agentrl export {path} --out OUT`)"
+                if (path / "checkpoints").is_dir() or (path / "policy").is_dir()
+                else ""
+            )
+            raise ModelNotFoundError(f"{path} is a folder but has no config.json{hint}")
         return path.resolve()
     if path.exists() or name.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model path {name!r} is not a Hugging Face model folder")

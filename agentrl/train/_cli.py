@@ -102,7 +102,11 @@ def _join_ranks(cfg: Any) -> int | None:
 def train(
     env: Annotated[str | None, typer.Option("--env", help="Env name or module.path:Class.")] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="Model alias (tiny, smollm2-135m), HF id or path.")
+        str | None,
+        typer.Option(
+            "--model",
+            help="Model alias (tiny, smollm2-135m), HF id, model folder or run checkpoint.",
+        ),
     ] = None,
     engine: Annotated[
         str | None, typer.Option("--engine", help="Inference engine: hf or vllm.")
@@ -198,6 +202,7 @@ def train(
     if not rank:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
+    from agentrl.rollout.models import ModelNotFoundError
     from agentrl.train._dist import exit_rank, leave_process_group
     from agentrl.train.run import run_training
 
@@ -206,6 +211,8 @@ def train(
         run_training(cfg, run_dir, resume=resume is not None)
         ok = True
     except ConfigError as e:  # e.g. an env keyword the env does not take
+        _fail(str(e))
+    except ModelNotFoundError as e:  # --model names no model folder, alias or reachable id
         _fail(str(e))
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted; resume with: agentrl train --resume {run_dir}", err=True)

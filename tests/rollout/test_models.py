@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,6 +73,16 @@ def test_local_path_and_errors(tiny_model_path: Path, tmp_path: Path) -> None:
         resolve_model(str(tmp_path))
     with pytest.raises(ModelNotFoundError, match="not a Hugging Face model folder"):
         resolve_model(str(tmp_path / "missing"))
+
+
+def test_a_checkpoint_resolves_to_its_policy_and_a_run_says_how(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-000040"
+    shutil.copytree(tiny_model_path, checkpoint / "policy" / "model")
+    assert resolve_model(str(checkpoint)) == (checkpoint / "policy" / "model").resolve()
+    with pytest.raises(ModelNotFoundError, match="agentrl export .*run --out OUT"):
+        resolve_model(str(tmp_path / "run"))
 
 
 def test_unknown_hub_id_offline_names_the_aliases(monkeypatch) -> None:

@@ -74,6 +74,22 @@ def test_train_writes_the_run_directory(trained_run) -> None:
     assert (trained_run / "checkpoints" / "step-000002" / "policy" / "model").is_dir()
 
 
+def test_train_from_a_run_or_checkpoint_folder(trained_run, tmp_path) -> None:
+    args = ["train", "--env", "sokoban", "--no-warm-start", "--steps", "1", "--set",
+            "trainer.num_groups=1", "--set", "rollout.group_size=2"]  # fmt: skip
+    result = runner.invoke(
+        app, [*args, "--model", str(trained_run), "--run-dir", str(tmp_path / "a")]
+    )
+    assert result.exit_code == 2  # a run holds several policies: which one is not guessed
+    assert "agentrl export" in " ".join(result.output.split())
+    checkpoint = max((trained_run / "checkpoints").iterdir())
+    result = runner.invoke(
+        app, [*args, "--model", str(checkpoint), "--run-dir", str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output  # a checkpoint: its policy
+    assert (tmp_path / "b" / "metrics.jsonl").is_file()
+
+
 def test_view_reads_the_trainers_trajectories(trained_run) -> None:
     """One trajectory format: `agentrl view` decodes what `agentrl train` wrote."""
     from agentrl.trajectory.io import read_trajectories
