@@ -169,16 +169,11 @@ def to_batch(trajectories: Sequence[Trajectory], *, pad_id: int) -> TrainBatch:
     )
 
 
-_TOKEN_PAD = {"input_ids": None, "turn_ids": -1}
-"""Fill of a `[B, T]` field past a row's end (`input_ids`: the pad id; the others 0)."""
-
-
 def concat_batches(batches: Sequence[TrainBatch], *, pad_id: int) -> TrainBatch:
     """The rows of `batches`, in order, in one batch: token fields padded to the longest row,
     turn fields to the most turns, and group and trajectory ids offset so that no two
     batches share one (a group's rows stay a group; rows of different batches never are).
     An optional field must be set in every batch or in none.
-
     """
     if not batches:
         raise ValueError("concat_batches: no batch")
@@ -200,8 +195,7 @@ def concat_batches(batches: Sequence[TrainBatch], *, pad_id: int) -> TrainBatch:
             values = shifted
         elif values[0].dim() == 2:
             size = turns if f.name in _TURN_FIELDS else width
-            fill = -1 if f.name == "turn_states" else _TOKEN_PAD.get(f.name, 0)
-            fill = pad_id if fill is None else fill
+            fill = {"input_ids": pad_id, "turn_ids": -1, "turn_states": -1}.get(f.name, 0)
             values = [
                 torch.nn.functional.pad(v, (0, size - v.shape[1]), value=fill) for v in values
             ]

@@ -505,9 +505,8 @@ class Trainer:
         (`old_logp`, and the sampler logprob of a forced answer) so their ratio starts at 1;
         this step's rows join the buffer."""
         old = [b for b in self._label_replay if b.num_rows]
-        kept = batch.rows(torch.arange(batch.num_rows))  # a copy, so the buffer is not aliased
-        kept.old_logp = None
-        self._label_replay.append(kept)  # a step without labels takes its place too
+        # re-scored when replayed; a step without labels takes its place too
+        self._label_replay.append(replace(batch, old_logp=None))
         if not old:
             return batch, {"replay/label_rows": 0.0}
         replayed = concat_batches(old, pad_id=self.pad_id)

@@ -157,6 +157,19 @@ def _branch_config(preset: str, *overrides: str):
     )  # fmt: skip
 
 
+def _record_updates(trainer: Trainer, monkeypatch) -> list:
+    """The batches `trainer.update` is given, in order."""
+    updated = []
+    real_update = trainer.update
+
+    def record(batch, **kwargs):
+        updated.append(batch)
+        return real_update(batch, **kwargs)
+
+    monkeypatch.setattr(trainer, "update", record)
+    return updated
+
+
 def test_trainer_trains_forced_answers_with_importance_weight_one(tmp_path) -> None:
     cfg = _branch_config("state-rloo", "trainer.num_groups=2")
     trainer = Trainer(cfg, tmp_path)
@@ -222,14 +235,7 @@ def test_policy_iteration_trains_the_best_answer_of_each_state_on_greedy_returns
     monkeypatch.setattr(trainer_module, "rollout", spy)
     cfg = _branch_config("policy-iteration", "trainer.first_seed=500002", "trainer.num_groups=1")
     trainer = Trainer(cfg, tmp_path)
-    updated = []
-    real_update = trainer.update
-
-    def record(batch, **kwargs):
-        updated.append(batch)
-        return real_update(batch, **kwargs)
-
-    monkeypatch.setattr(trainer, "update", record)
+    updated = _record_updates(trainer, monkeypatch)
     try:
         assert trainer.train_seeds(1) == [500002]
         metrics = trainer.train_step()
@@ -260,14 +266,7 @@ def test_label_replay_trains_the_labels_of_earlier_steps_again(tmp_path, monkeyp
         "trainer.label_replay_steps=2",
     )
     trainer = Trainer(cfg, tmp_path)
-    updated = []
-    real_update = trainer.update
-
-    def record(batch, **kwargs):
-        updated.append(batch)
-        return real_update(batch, **kwargs)
-
-    monkeypatch.setattr(trainer, "update", record)
+    updated = _record_updates(trainer, monkeypatch)
     monkeypatch.setattr(trainer, "train_seeds", lambda step: [500002])
     try:
         steps = [trainer.train_step() for _ in range(4)]
