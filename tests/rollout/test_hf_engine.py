@@ -209,6 +209,10 @@ def test_update_weights_waits_for_running_rows(tiny_model_path: Path) -> None:
             while engine.stats["forward_calls"] < 2:  # decoding now
                 await asyncio.sleep(0.005)
             await asyncio.to_thread(engine.update_weights, state, 7)
+            # the batch's results are in; let the task that awaits them wake up (on a loaded
+            # machine it had not yet been scheduled), far too few turns for 300 new tokens
+            for _ in range(3):
+                await asyncio.sleep(0)
             assert first.done()  # update_weights returned only after the batch finished
             second = await engine.generate([GenerationRequest([1, 2], long_params)])
             return (await first)[0], second[0]
