@@ -42,7 +42,9 @@ class AlgoConfig(BaseModel):
     on greedily, `trainer.branch_answers: all`; needs `reward_level: turn`),
     `rft` (rejection-sampling fine-tuning, the imitation baseline: the trainer keeps only the
     successful trajectories and every token gets advantage 1, i.e. SFT on the policy's own
-    solved episodes)."""
+    solved episodes, or on a search's solutions with `trainer.search_beam`; every mini-batch
+    takes the plain NLL gradient: no ratio to the rollout's weights, no clip, no importance
+    weight)."""
     reward_level: Literal["trajectory", "turn"] = "trajectory"
     """`trajectory`: one return per trajectory, the sum of its turn rewards, on its last
     sampled token (StarPO); every token of a trajectory gets one credit. `turn`: each turn's

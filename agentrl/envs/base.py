@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any, ClassVar, TypedDict
 
 import gymnasium as gym
@@ -98,6 +99,12 @@ class TokenEnv(gym.Env):
         move. The default, `[]`, means the env offers none, and no branch is made.
         """
         return []
+
+    def state_key(self) -> Hashable | None:
+        """A key of the current state for search (`trainer.search_beam`): states with equal
+        keys are the same position whatever budget is left, so a search expands only the
+        first it reaches. The default, None, makes the observation text the key."""
+        return None
 
     def require_reset(self) -> None:
         """Raise a clear error when `step` comes before `reset`."""

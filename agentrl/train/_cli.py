@@ -132,7 +132,7 @@ def train(
             "--preset",
             help=(
                 "Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++, "
-                "state-rloo, policy-iteration."
+                "state-rloo, policy-iteration, expert-iteration."
             ),
         ),
     ] = None,

@@ -101,6 +101,13 @@ class TrainerConfig(_Section):
     current weights before the update), so a label is learned from more than once. A
     state's best answer under the policy that labelled it stays a good answer while the
     policy improves. The buffer is not checkpointed: a resumed run starts it empty. 0: off."""
+    search_beam: int = Field(default=0, ge=0)
+    """Expert iteration (`agentrl.train.search`): instead of sampling episodes, each step a
+    beam search of this width, guided by the policy's log-probabilities, plays the env's
+    candidate answers from each of the step's `num_groups` rooms; the solutions it finds are
+    the step's trajectories, and `algo.estimator: rft` imitates them. Needs
+    `rollout.history_turns: 0`, the local backend and an env that lists candidate answers
+    and can be copied mid-episode. 0: off (sample episodes)."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

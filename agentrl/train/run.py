@@ -24,6 +24,24 @@ def _progress(console: Console) -> Progress:
     )
 
 
+def _headline(metrics: dict[str, float]) -> tuple[str, str]:
+    """The step's reward and success for the progress line. An expert-iteration step
+    (`trainer.search_beam`) samples no episode: its success is the share of rooms the search
+    solved, marked as such.
+
+    >>> _headline({"reward/mean": 1.5, "success_rate": 0.25})
+    ('1.500', '0.25')
+    >>> _headline({"search/solved_frac": 0.9})
+    ('-', '0.90 (search)')
+    """
+    if "search/solved_frac" in metrics:
+        return "-", f"{metrics['search/solved_frac']:.2f} (search)"
+    return (
+        f"{metrics.get('reward/mean', float('nan')):.3f}",
+        f"{metrics.get('success_rate', float('nan')):.2f}",
+    )
+
+
 def live_bars(cfg: Any) -> bool:
     """Progress bars when asked for and stderr is a terminal; else a log line per step (a
     bar drawn to a file would show only at the end)."""
@@ -96,21 +114,18 @@ def run_training(
                 )
                 while trainer.state.step < total:
                     metrics = trainer.train_step()
-                    bar.update(
-                        task,
-                        completed=trainer.state.step,
-                        reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
-                        success=f"{metrics.get('success_rate', float('nan')):.2f}",
-                    )
+                    reward, success = _headline(metrics)
+                    bar.update(task, completed=trainer.state.step, reward=reward, success=success)
         else:
             while trainer.state.step < total:
                 metrics = trainer.train_step()
+                reward, success = _headline(metrics)
                 log.info(
-                    "step %d/%d reward %.3f success %.2f (%.1f s)",
+                    "step %d/%d reward %s success %s (%.1f s)",
                     trainer.state.step,
                     total,
-                    metrics.get("reward/mean", float("nan")),
-                    metrics.get("success_rate", float("nan")),
+                    reward,
+                    success,
                     metrics.get("time/step", 0.0),
                 )
     finally:

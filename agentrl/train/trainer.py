@@ -70,6 +70,7 @@ from agentrl.train.metrics import (
     trajectory_stats,
 )
 from agentrl.train.prefix import shared_prefix_logits
+from agentrl.train.search import is_search
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
 
@@ -276,7 +277,7 @@ class Trainer:
             result = broadcast_object(self.next_rollout(step))  # rank 0's rollout, everywhere
         trajs = result.trajectories
         self.save_trajectories(step, trajs)
-        sampled = [t for t in trajs if not branch.is_branch(t)]  # the step's own episodes
+        sampled = [t for t in trajs if not branch.is_branch(t) and not is_search(t)]  # sampled
         metrics = trajectory_stats(sampled) | result.metrics
         self._update_replay(sampled)
         trainable = [t for t in trajs if t.status.trainable]
@@ -397,6 +398,8 @@ class Trainer:
         (None on ranks without an engine: they receive rank 0's rollout)."""
         if self.engine is None:
             return None
+        if self.cfg.trainer.search_beam:
+            return self.search(step)
         result = rollout(
             self.engine,
             self.env_factory,
@@ -411,6 +414,24 @@ class Trainer:
         if self.cfg.trainer.branch_states:
             result = self.with_branches(step, result)
         return result
+
+    def search(self, step: int) -> RolloutResult:
+        """Expert iteration (`trainer.search_beam`, `agentrl.train.search`): the solutions a
+        beam search guided by the current policy finds in this step's rooms."""
+        from agentrl.train.search import timed_search
+
+        max_depth = self.cfg.rollout.max_turns or self.env_factory().max_turns
+        trajs, metrics = timed_search(
+            self.env_factory,
+            self.bridge,
+            self.policy.model,
+            self.train_seeds(step),
+            beam_width=self.cfg.trainer.search_beam,
+            max_depth=max_depth,
+            env_name=self.cfg.env.name,
+            max_context_tokens=self.cfg.rollout.max_context_tokens,
+        )
+        return RolloutResult(trajs, metrics)
 
     def with_branches(self, step: int, result: RolloutResult) -> RolloutResult:
         """`result` plus its all-action branches (`trainer.branch_states`, `agentrl.train.branch`):
@@ -488,6 +509,10 @@ class Trainer:
         """Set the sampler logprob of `batch`'s rows `forced` to the policy's own logprob."""
         if not forced:
             return
+        if batch.old_logp is not None:  # scored with these weights already: no second forward
+            for row in forced:
+                batch.sampler_logp[row] = batch.old_logp[row] * batch.loss_mask[row]
+            return
         rows = batch.rows(forced)
         rows.row_index = torch.arange(len(forced))
         for part in micro_batches(rows, self.cfg.trainer.micro_batch_tokens):
@@ -522,13 +547,15 @@ class Trainer:
 
     @staticmethod
     def _forced_rows(trajs: list[Trajectory], batch: TrainBatch) -> list[int]:
-        """The rows of `batch` (built from `trajs`) that hold a branch's forced answer: the
-        turn-0 row of a branch trajectory."""
+        """The rows of `batch` (built from `trajs`) that hold an answer the policy did not
+        sample: a branch's forced answer (the turn-0 row of a branch trajectory) and every row
+        of a search's solution (`trainer.search_beam`)."""
         first_turn = ((batch.turn_ids == 0) & batch.loss_mask.bool()).any(dim=1)
         return [
             r
             for r in range(batch.num_rows)
-            if first_turn[r] and branch.is_branch(trajs[int(batch.traj_ids[r])])
+            if is_search(trajs[int(batch.traj_ids[r])])  # every answer of a search's solution
+            or (first_turn[r] and branch.is_branch(trajs[int(batch.traj_ids[r])]))
         ]
 
     @functools.cached_property
@@ -834,7 +861,8 @@ class Trainer:
             positions=positions,
             share_prefix=self._share_prefix,
         )
-        old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
+        imitate = a.estimator == "rft"  # SFT on the kept episodes: no ratio, clip or weight
+        old_logp = logp.detach() if imitate or micro.old_logp is None else micro.old_logp
         loss, stats = policy_loss(
             logp,
             old_logp,
@@ -844,7 +872,7 @@ class Trainer:
             clip_eps_high=a.clip_eps_high,
             dual_clip_c=a.dual_clip_c,
             agg=a.loss_agg,
-            sampler_logp=micro.sampler_logp if self.temperature == 1.0 else None,
+            sampler_logp=micro.sampler_logp if self.temperature == 1.0 and not imitate else None,
             tis_cap=a.tis_cap,
             **norm,
         )
@@ -996,8 +1024,11 @@ class Trainer:
         }
 
     def _collapse_check(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
+        searched = bool(self.cfg.trainer.search_beam)  # no sampled groups to compare
         warn, fired = self.collapse.update(
-            reward_std=metrics.get("reward/in_group_std", float("nan")),
+            reward_std=float("nan")
+            if searched
+            else metrics.get("reward/in_group_std", float("nan")),
             entropy=metrics.get("actor/entropy", float("nan")),
             grad_norm=metrics.get("actor/grad_norm", float("nan")),
             parse_failure_rate=metrics.get("rollout/parse_failure_rate", 0.0),
@@ -1063,6 +1094,20 @@ def _check_branches(cfg: TrainConfig) -> None:
             f"trainer.label_replay_steps={cfg.trainer.label_replay_steps} needs "
             f"algo.estimator: state-best (it replays labels; got {cfg.algo.estimator!r})"
         )
+    if cfg.trainer.search_beam:
+        needs = {
+            "algo.estimator: rft (it imitates the solutions found)": cfg.algo.estimator == "rft",
+            "rollout.history_turns: 0 (the prompt must be the state)": (
+                cfg.rollout.history_turns == 0
+            ),
+            "trainer.backend: local": cfg.trainer.backend == "local",
+            "trainer.branch_states: 0": not cfg.trainer.branch_states,
+        }
+        missing = [k for k, ok in needs.items() if not ok]
+        if missing:
+            raise ValueError(
+                f"trainer.search_beam={cfg.trainer.search_beam} needs " + ", ".join(missing)
+            )
     if not cfg.trainer.branch_states:
         return
     needs = {

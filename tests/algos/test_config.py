@@ -57,8 +57,8 @@ def test_derived_properties() -> None:
 
 def test_all_presets_ship_and_validate() -> None:
     assert list_presets() == [
-        "grpo", "policy-iteration", "ppo", "reinforce++", "rloo", "starpo", "starpo-s",
-        "state-rloo",
+        "expert-iteration", "grpo", "policy-iteration", "ppo", "reinforce++", "rloo", "starpo",
+        "starpo-s", "state-rloo",
     ]  # fmt: skip
     for name in list_presets():
         tree = load_preset(name)

@@ -318,6 +318,11 @@ class SokobanEnv(TokenEnv):
         """One answer per move: `<answer>Up</answer>`, ... (all-action branches)."""
         return [f"<answer>{a}</answer>" for a in ACTIONS]
 
+    def state_key(self) -> tuple[frozenset[int], int]:
+        """Boxes and player: the position, whatever the actions left (search)."""
+        self.require_reset()
+        return frozenset(self._boxes), self._player
+
     def sample_action(self, rng: np.random.Generator) -> str:
         """A well-formed random answer: 1..`max_actions_per_turn` uniform actions."""
         n = int(rng.integers(1, self.max_actions_per_turn + 1))

@@ -1,0 +1,340 @@
+"""Expert iteration: a beam search guided by the policy finds solutions its samples miss,
+and the policy imitates them.
+
+Search is the improvement operator, as in AlphaZero and expert iteration (Anthony et al.,
+2017): from each room, the search expands up to `beam_width` states per depth, ranked by the
+policy's cumulative log-probability of the answers that led there, tries every candidate
+answer the env offers (`TokenEnv.candidate_answers`) in each, and stops at the first answer
+that solves the room. States the env calls the same (`TokenEnv.state_key`) are expanded once.
+Only the env's own success flag and the policy's probabilities guide it; no solver is used.
+The trainer then imitates the solutions found (`algo.estimator: rft`), so the next step's
+search starts from a better policy.
+
+A beam of 1 plays the policy's greedy move, never revisiting a state. Wider beams try the
+policy's second and third choices where they lead somewhere new; with a beam as wide as the
+number of reachable states the search is breadth-first and finds every shortest solution
+itself, whatever the policy, so report `search/solved_frac` beside the policy's own success.
+
+Needs a Markov prompt (`rollout.history_turns: 0`: the prompt is the state), an env that
+lists its candidate answers and can be copied (`copy.deepcopy`) in the middle of an episode,
+and the policy in this process (`trainer.backend: local`).
+
+    scorer = AnswerScorer(model, bridge, env.candidate_answers())
+    found, stats = beam_search(env_factory, seeds, scorer, beam_width=8)
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agentrl._kvcache import full_attention_cache
+from agentrl.envs.base import Observation, TokenEnv
+from agentrl.sft.data import expert_episode
+from agentrl.trajectory.bridge import ChatBridge
+from agentrl.trajectory.types import Trajectory
+
+SEARCH_KEY = "search"
+"""`Trajectory.reset_info` key of a solution the search found: `{"beam_width": B}`."""
+
+
+def is_search(traj: Trajectory) -> bool:
+    """Whether `traj` is a solution found by the search (its answers were chosen, not
+    sampled)."""
+    return SEARCH_KEY in traj.reset_info
+
+
+class AnswerScorer:
+    """The policy's log-probability of each of a fixed set of candidate answers, in many
+    states at once.
+
+    The answers' ids share a common prefix (`<answer>` for Sokoban's moves) and must then
+    differ at their next id, the decision id. An answer's score is the log-probability of the
+    common prefix and its decision id after the state's prompt; the ids after the decision id
+    (a closing tag) are not scored. The prompts' own common prefix (the system prompt) runs
+    once per batch and its keys and values are shared, as the rollout engine does.
+    """
+
+    def __init__(
+        self, model: Any, bridge: ChatBridge, answers: Sequence[str], *, batch_size: int = 256
+    ) -> None:
+        if len(answers) < 2:
+            raise ValueError("search needs an env with at least two candidate answers")
+        ids = [bridge.encode(a) for a in answers]
+        common = 0
+        while all(len(x) > common for x in ids) and len({x[common] for x in ids}) == 1:
+            common += 1
+        decision = [x[common] if len(x) > common else None for x in ids]
+        if None in decision or len(set(decision)) != len(decision):
+            raise ValueError(
+                "search needs candidate answers whose ids differ at their first differing "
+                f"position (after {common} shared ids): {list(answers)}"
+            )
+        self.model = model
+        self.answers = list(answers)
+        self.head: list[int] = ids[0][:common]
+        self.decision: list[int] = [int(d) for d in decision if d is not None]
+        self.batch_size = batch_size
+        self.num_prompts = 0
+        """Prompts scored so far (one model row each)."""
+
+    @torch.no_grad()
+    def __call__(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """`[len(prompts), num_answers]` log-probabilities."""
+        from transformers import DynamicCache
+
+        out = []
+        device = next(self.model.parameters()).device
+        for start in range(0, len(prompts), self.batch_size):
+            rows = [list(p) + self.head for p in prompts[start : start + self.batch_size]]
+            n = len(rows)
+            keep = len(self.head) + 1  # the positions that predict the head and decision ids
+            shared = min(len(r) for r in rows) - keep  # every row runs its head itself
+            for r in rows[1:]:
+                k = 0
+                while k < shared and r[k] == rows[0][k]:
+                    k += 1
+                shared = k
+            cache = DynamicCache(config=self.model.config)
+            if shared > 0 and full_attention_cache(cache):
+                self.model(
+                    input_ids=torch.tensor([rows[0][:shared]], device=device),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                cache.batch_repeat_interleave(n)
+            else:
+                shared = 0
+            width = max(len(r) for r in rows) - shared
+            ids = torch.zeros((n, width), dtype=torch.long)
+            mask = torch.zeros((n, width), dtype=torch.long)
+            for i, r in enumerate(rows):  # left padding of each row's rest
+                rest = r[shared:]
+                ids[i, width - len(rest) :] = torch.tensor(rest)
+                mask[i, width - len(rest) :] = 1
+            position_ids = shared + (mask.cumsum(-1) - 1).clamp(min=0)
+            attention_mask = torch.cat([mask.new_ones((n, shared)), mask], dim=1)
+            logp = (
+                self.model(
+                    input_ids=ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    position_ids=position_ids.to(device),
+                    past_key_values=cache if shared else None,
+                    use_cache=bool(shared),
+                    logits_to_keep=keep,
+                )
+                .logits.float()[:, -keep:]
+                .log_softmax(-1)
+            )  # [n, keep, V]
+            head_logp = torch.zeros(n, device=logp.device)
+            for j, token in enumerate(self.head):
+                head_logp += logp[:, j, token]
+            out.append(logp[:, -1, self.decision] + head_logp.unsqueeze(-1))
+            self.num_prompts += n
+        return torch.cat(out).cpu() if out else torch.zeros((0, len(self.answers)))
+
+
+@dataclass(order=True)
+class _Node:
+    neg_score: float
+    order: int
+    env: TokenEnv = field(compare=False)
+    observation: Observation = field(compare=False)
+    answers: tuple[str, ...] = field(compare=False)
+
+
+def _key(env: TokenEnv, observation: Observation) -> Hashable:
+    key = env.state_key()
+    return key if key is not None else str(observation)
+
+
+def beam_search(
+    env_factory: Callable[[], TokenEnv],
+    seeds: Sequence[int],
+    scorer: Callable[[list[list[int]]], torch.Tensor],
+    prompt_ids: Callable[[TokenEnv, Observation], list[int]],
+    *,
+    beam_width: int,
+    max_depth: int,
+) -> tuple[dict[int, list[str]], dict[str, float]]:
+    """Search every room of `seeds` at once, one depth at a time.
+
+    At each depth the live states of every room are scored in one batch (`scorer` of their
+    `prompt_ids`), every candidate answer is played in a copy of each, and each room keeps
+    its `beam_width` best new states by cumulative log-probability. A room is solved by the
+    first answer after which the env reports `info["success"]`. Returns the answers of each
+    solved room by seed, and the metrics `search/solved_frac`, `search/prompts_scored` and
+    `search/solution_turns` (mean answers of a solution).
+    """
+    if beam_width < 1:
+        raise ValueError(f"beam_width must be >= 1, got {beam_width}")
+    answers = list(getattr(scorer, "answers", []))
+    beams: dict[int, list[_Node]] = {}
+    seen: dict[int, set[Hashable]] = {}
+    envs: list[TokenEnv] = []
+    for seed in seeds:
+        env = env_factory()
+        envs.append(env)
+        observation, _ = env.reset(seed=int(seed))
+        if not answers:
+            answers = env.candidate_answers()
+        beams[seed] = [_Node(0.0, 0, env, observation, ())]
+        seen[seed] = {_key(env, observation)}
+    found: dict[int, list[str]] = {}
+    scored = 0
+    order = 0
+    try:
+        for _ in range(max_depth):
+            live = [(seed, node) for seed, nodes in beams.items() for node in nodes]
+            if not live:
+                break
+            logp = scorer([prompt_ids(node.env, node.observation) for _, node in live])
+            scored += len(live)
+            children: dict[int, list[_Node]] = {}
+            for (seed, node), row in zip(live, logp.tolist(), strict=True):
+                if seed in found:
+                    continue
+                for answer, lp in zip(answers, row, strict=True):
+                    env = copy.deepcopy(node.env)
+                    observation, _, terminated, truncated, info = env.step(answer)
+                    if terminated and info.get("success", False):
+                        found[seed] = [*node.answers, answer]
+                        break
+                    if terminated or truncated:
+                        continue
+                    order += 1
+                    score = node.neg_score - lp
+                    children.setdefault(seed, []).append(
+                        _Node(score, order, env, observation, (*node.answers, answer))
+                    )
+            beams = {}
+            for seed, nodes in children.items():
+                if seed in found:
+                    continue
+                keep: list[_Node] = []
+                for node in heapq.nsmallest(len(nodes), nodes):
+                    key = _key(node.env, node.observation)
+                    if key in seen[seed]:
+                        continue
+                    seen[seed].add(key)
+                    keep.append(node)
+                    if len(keep) == beam_width:
+                        break
+                beams[seed] = keep
+    finally:
+        for env in envs:
+            env.close()
+    lengths = [len(a) for a in found.values()]
+    return found, {
+        "search/solved_frac": len(found) / max(len(seeds), 1),
+        "search/prompts_scored": float(scored),
+        "search/solution_turns": sum(lengths) / max(len(lengths), 1),
+    }
+
+
+def _replayer(answers: Sequence[str]) -> Callable[[TokenEnv, int | None], str]:
+    """An expert that gives `answers` in order, one per call."""
+    moves = iter(answers)
+
+    def answer(_env: TokenEnv, _max: int | None) -> str:
+        move = next(moves, None)
+        if move is None:
+            raise _Unsolved
+        return move
+
+    return answer
+
+
+class _Unsolved(Exception):
+    """A replayed solution ran out of answers before the room was solved."""
+
+
+def solution_trajectories(
+    env_factory: Callable[[], TokenEnv],
+    bridge: ChatBridge,
+    found: dict[int, list[str]],
+    *,
+    beam_width: int,
+    env_name: str = "",
+    max_context_tokens: int = 4096,
+) -> list[Trajectory]:
+    """The solutions `found` (answers by seed) as token-exact trajectories, one group each,
+    replayed through the same bridge as the rollout (`rollout.history_turns: 0`)."""
+    env = env_factory()
+    trajs = []
+    try:
+        for group, (seed, answers) in enumerate(sorted(found.items())):
+            try:
+                traj = expert_episode(
+                    env,
+                    bridge,
+                    _replayer(answers),
+                    seed,
+                    group_id=group,
+                    max_context_tokens=max_context_tokens,
+                    env_name=env_name,
+                    history_turns=0,
+                )
+            except _Unsolved:
+                traj = None
+            if traj is None or not traj.success:
+                raise RuntimeError(
+                    f"seed {seed}: replaying the search's solution did not solve the room "
+                    "(is the env deterministic?)"
+                )
+            traj.reset_info = {SEARCH_KEY: {"beam_width": beam_width}}
+            trajs.append(traj)
+    finally:
+        env.close()
+    return trajs
+
+
+def timed_search(
+    env_factory: Callable[[], TokenEnv],
+    bridge: ChatBridge,
+    model: Any,
+    seeds: Sequence[int],
+    *,
+    beam_width: int,
+    max_depth: int,
+    env_name: str = "",
+    max_context_tokens: int = 4096,
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Search `seeds` with `model` (in eval mode, restored after) and return the solutions as
+    trajectories, with the search's metrics and `search/wall_s`."""
+    start = time.perf_counter()
+    probe = env_factory()
+    try:
+        system_prompt = probe.system_prompt
+        scorer = AnswerScorer(model, bridge, probe.candidate_answers())
+    finally:
+        probe.close()
+    was_training = model.training
+    model.eval()
+    try:
+        found, metrics = beam_search(
+            env_factory,
+            seeds,
+            scorer,
+            lambda _env, observation: bridge.prompt_ids(system_prompt, observation),
+            beam_width=beam_width,
+            max_depth=max_depth,
+        )
+    finally:
+        model.train(was_training)
+    trajs = solution_trajectories(
+        env_factory,
+        bridge,
+        found,
+        beam_width=beam_width,
+        env_name=env_name,
+        max_context_tokens=max_context_tokens,
+    )
+    metrics["search/wall_s"] = time.perf_counter() - start
+    return trajs, metrics
