@@ -312,7 +312,7 @@ class Trainer:
                     forced = set(self._forced_rows(trainable, batch))  # the answers tried, not
                     keep = [r for r in keep if r in forced]  # the continuations' samples
                 batch = batch.rows(keep)
-            if batch.num_rows:
+            if batch.num_rows and algo.estimator != "rft":  # imitation: no importance weight
                 with timer("forced_logp"):
                     self._fill_forced_logp(trainable, batch)
             if self.cfg.trainer.label_replay_steps:
@@ -617,10 +617,12 @@ class Trainer:
     def single_update(self) -> bool:
         """One optimizer step per rollout and no KL in the reward: the update's own forward
         sees the pre-update weights, so `old_logp` is its detached logp and scoring skips
-        the policy forward (as TRL and verl do)."""
+        the policy forward (as TRL and verl do). Imitation (`rft`) needs no `old_logp` in
+        any mini-batch: it trains the plain NLL."""
         a = self.cfg.algo
         kl_in_reward = a.use_reference and a.kl_in_reward
-        return a.ppo_epochs == 1 and a.num_mini_batches == 1 and not kl_in_reward
+        one_step = a.ppo_epochs == 1 and a.num_mini_batches == 1
+        return (one_step or a.estimator == "rft") and not kl_in_reward
 
     @property
     def _skips_rows_without_credit(self) -> bool:
@@ -1024,10 +1026,11 @@ class Trainer:
         }
 
     def _collapse_check(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        searched = bool(self.cfg.trainer.search_beam)  # no sampled groups to compare
+        # a search samples no group; a group of one episode has no spread by construction
+        no_groups = bool(self.cfg.trainer.search_beam) or self.cfg.rollout.group_size == 1
         warn, fired = self.collapse.update(
             reward_std=float("nan")
-            if searched
+            if no_groups
             else metrics.get("reward/in_group_std", float("nan")),
             entropy=metrics.get("actor/entropy", float("nan")),
             grad_norm=metrics.get("actor/grad_norm", float("nan")),

@@ -144,6 +144,25 @@ def test_rft_imitates_only_the_successful_episodes(tmp_path) -> None:
         assert metrics["advantage/advantage_mean"] == pytest.approx(1.0)
 
 
+def test_rft_takes_the_plain_nll_gradient_in_every_mini_batch(tmp_path) -> None:
+    """Imitation has no trust region: after the first mini-batch moved the weights, the
+    next one still trains the NLL (ratio 1 to the current weights, nothing clipped)."""
+    trainer = _trainer(
+        tmp_path, "grpo", "algo.estimator=rft", "algo.num_mini_batches=2", "algo.kl_coef=0",
+        "optim.lr=0.05", "trainer.num_groups=4", "rollout.group_size=4",
+    )  # fmt: skip
+    try:
+        for _ in range(3):
+            metrics = trainer.train_step()
+            if metrics["success_rate"] > 0:
+                break
+    finally:
+        trainer.close()
+    assert metrics["success_rate"] > 0, "no episode solved: nothing imitated"
+    assert metrics["actor/ratio_mean"] == pytest.approx(1.0)
+    assert metrics["actor/clip_frac"] == 0.0 and metrics["actor/tis_weight_mean"] == 1.0
+
+
 def test_curriculum_replays_seeds_with_mixed_outcomes_once(tmp_path) -> None:
     trainer = _trainer(tmp_path, "grpo", "trainer.replay_mixed_frac=0.5")
     try:

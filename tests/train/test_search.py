@@ -149,7 +149,7 @@ def _search_config(*overrides: str):
     )  # fmt: skip
 
 
-def test_an_expert_iteration_step_imitates_the_solutions_with_importance_weight_one(
+def test_an_expert_iteration_step_imitates_every_solution_and_nothing_else(
     tmp_path, monkeypatch
 ) -> None:
     trainer = Trainer(_search_config("trainer.num_steps=1"), tmp_path)
@@ -167,10 +167,8 @@ def test_an_expert_iteration_step_imitates_the_solutions_with_importance_weight_
     solved = round(metrics["search/solved_frac"] * 6)
     assert len(set(batch.traj_ids.tolist())) == solved  # every solution, nothing else
     assert batch.num_rows == round(metrics["search/solution_turns"] * solved)
-    mask = batch.loss_mask.bool()
-    assert (batch.sampler_logp[mask] < 0).all()  # forced: the policy's own logprob
-    assert torch.allclose(batch.sampler_logp[mask], batch.old_logp[mask])
-    assert metrics["actor/tis_weight_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert batch.old_logp is None  # imitation: the plain NLL, nothing to take a ratio to
+    assert metrics["actor/ratio_mean"] == 1.0 and metrics["actor/tis_weight_mean"] == 1.0
     assert metrics["collapse_warning"] == 0.0
 
 
