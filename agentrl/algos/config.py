@@ -133,8 +133,9 @@ class AlgoConfig(BaseModel):
     @property
     def clips(self) -> bool:
         """The update takes several optimizer steps per rollout, so the PPO ratio moves away
-        from 1 and the clip can act (one step: the ratio is exactly 1, the loss is REINFORCE)."""
-        return self.ppo_epochs * self.num_mini_batches > 1
+        from 1 and the clip can act (one step: the ratio is exactly 1, the loss is REINFORCE).
+        Never for `rft`: imitation trains the plain NLL in every mini-batch."""
+        return self.ppo_epochs * self.num_mini_batches > 1 and self.estimator != "rft"
 
     @property
     def use_critic(self) -> bool:

@@ -199,6 +199,12 @@ def test_every_preset_resolves_with_the_sokoban_defaults() -> None:
             # episodes that led there (tests/algos/test_estimate.py)
             assert not cfg.algo.clips and cfg.trainer.branch_answers == "all"
             continue
+        if cfg.algo.estimator == "rft":
+            # expert iteration imitates the search's solutions: the plain NLL, nothing to
+            # clip (its preset says so); every answer of every solution weighs the same
+            assert not cfg.algo.clips and cfg.trainer.search_beam > 0
+            assert cfg.algo.loss_agg == "token-mean"
+            continue
         assert cfg.algo.clips
         # every trajectory weighs the same, whatever its turns: per-move credit with every
         # move weighed alike has that effect (tests/algos/test_losses.py)
