@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentrl._kvcache import full_attention_cache
+from agentrl._kvcache import full_attention_cache, shared_prefix_batch
 from agentrl.rollout.engine import Completion, GenerationRequest, SamplingParams
 
 if TYPE_CHECKING:
@@ -397,38 +397,18 @@ class HFEngine:
         for every row; each row's rest follows it, left-padded, so a row's ids are
         `[prefix, pads, rest]` with the pads masked (the decode steps and `merge` only read
         the attention mask). Otherwise the whole prompts run left-padded."""
-        from transformers import DynamicCache
-
         n = len(rows)
-        prompts = [r.job.request.prompt_ids for r in rows]
-        cache = DynamicCache(config=self.model.config)
-        shared = _common_prefix_len(prompts) if n > 1 and self.min_shared_prefix else 0
-        shared = min(shared, min(len(p) for p in prompts) - 1)  # every row keeps an id to run
-        if shared < max(self.min_shared_prefix, 1) or not full_attention_cache(cache):
-            shared = 0
+        cache, shared, input_ids, attention_mask, position_ids = shared_prefix_batch(
+            self.model,
+            [r.job.request.prompt_ids for r in rows],
+            keep=1,  # every row runs at least its last id
+            min_shared=self.min_shared_prefix,
+            pad_id=self.pad_id,
+            device=self.device,
+        )
         if shared:
-            prefix = torch.tensor([prompts[0][:shared]], device=self.device)
-            self.model(
-                input_ids=prefix,
-                position_ids=torch.arange(shared, device=self.device).unsqueeze(0),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
             self.stats["forward_calls"] += 1
             self.stats["shared_prefix_ids"] += shared * (n - 1)
-            cache.batch_repeat_interleave(n)
-        width = max(len(p) for p in prompts) - shared
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        rest_mask = torch.zeros((n, width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):  # left padding of each row's rest
-            rest = prompt[shared:]
-            input_ids[i, width - len(rest) :] = torch.tensor(rest)
-            rest_mask[i, width - len(rest) :] = 1
-        input_ids = input_ids.to(self.device)
-        rest_mask = rest_mask.to(self.device)
-        position_ids = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
-        attention_mask = torch.cat([rest_mask.new_ones((n, shared)), rest_mask], dim=1)
         batch = _Batch(rows, cache, attention_mask, position_ids[:, -1:], input_ids)
         self._forward_and_sample(batch, position_ids)
         return batch
@@ -544,19 +524,6 @@ class _Batch:
         self.input_ids = torch.cat([self.input_ids, other.input_ids])
         self.rows = self.rows + other.rows
         return self
-
-
-def _common_prefix_len(prompts: Sequence[Sequence[int]]) -> int:
-    """Length of the longest prefix all `prompts` share.
-
-    >>> _common_prefix_len([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]])
-    2
-    """
-    first, n = prompts[0], min(len(p) for p in prompts)
-    for i in range(n):
-        if any(p[i] != first[i] for p in prompts[1:]):
-            return i
-    return n
 
 
 def _pad_left(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:

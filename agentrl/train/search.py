@@ -26,7 +26,6 @@ and the policy in this process (`trainer.backend: local`).
 from __future__ import annotations
 
 import copy
-import heapq
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from typing import Any
 
 import torch
 
-from agentrl._kvcache import full_attention_cache
+from agentrl._kvcache import shared_prefix_batch
 from agentrl.envs.base import Observation, TokenEnv
 from agentrl.sft.data import expert_episode
 from agentrl.trajectory.bridge import ChatBridge
@@ -87,46 +86,22 @@ class AnswerScorer:
     @torch.no_grad()
     def __call__(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
         """`[len(prompts), num_answers]` log-probabilities."""
-        from transformers import DynamicCache
-
         out = []
         device = next(self.model.parameters()).device
+        keep = len(self.head) + 1  # the positions that predict the head and decision ids
         for start in range(0, len(prompts), self.batch_size):
             rows = [list(p) + self.head for p in prompts[start : start + self.batch_size]]
             n = len(rows)
-            keep = len(self.head) + 1  # the positions that predict the head and decision ids
-            shared = min(len(r) for r in rows) - keep  # every row runs its head itself
-            for r in rows[1:]:
-                k = 0
-                while k < shared and r[k] == rows[0][k]:
-                    k += 1
-                shared = k
-            cache = DynamicCache(config=self.model.config)
-            if shared > 0 and full_attention_cache(cache):
-                self.model(
-                    input_ids=torch.tensor([rows[0][:shared]], device=device),
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                cache.batch_repeat_interleave(n)
-            else:
-                shared = 0
-            width = max(len(r) for r in rows) - shared
-            ids = torch.zeros((n, width), dtype=torch.long)
-            mask = torch.zeros((n, width), dtype=torch.long)
-            for i, r in enumerate(rows):  # left padding of each row's rest
-                rest = r[shared:]
-                ids[i, width - len(rest) :] = torch.tensor(rest)
-                mask[i, width - len(rest) :] = 1
-            position_ids = shared + (mask.cumsum(-1) - 1).clamp(min=0)
-            attention_mask = torch.cat([mask.new_ones((n, shared)), mask], dim=1)
+            cache, _, ids, attention_mask, position_ids = shared_prefix_batch(
+                self.model, rows, keep=keep, min_shared=1, pad_id=0, device=device
+            )
             logp = (
                 self.model(
-                    input_ids=ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    position_ids=position_ids.to(device),
-                    past_key_values=cache if shared else None,
-                    use_cache=bool(shared),
+                    input_ids=ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    past_key_values=cache,
+                    use_cache=True,
                     logits_to_keep=keep,
                 )
                 .logits.float()[:, -keep:]
@@ -218,7 +193,7 @@ def beam_search(
                 if seed in found:
                     continue
                 keep: list[_Node] = []
-                for node in heapq.nsmallest(len(nodes), nodes):
+                for node in sorted(nodes):  # best first; ties in the order played
                     key = _key(node.env, node.observation)
                     if key in seen[seed]:
                         continue
