@@ -208,3 +208,19 @@ def test_expert_iteration_imitates_the_solutions_it_found(tmp_path) -> None:
         trainer.close()
     assert len(first) >= 6 and min(solved) >= 0.75  # the wide beam solves most rooms
     assert before > 5.0 and after < before / 4, (before, after)
+
+
+def test_the_expert_iteration_preset_runs_its_measured_length_unless_told_otherwise() -> None:
+    # Sokoban's defaults say 200 steps (for state-rloo's 8 rooms a step); the preset's 60
+    # steps of 512 rooms win over them, and the command line still wins over the preset.
+    from agentrl.train._cli import resolve_train_config
+
+    def steps(overrides: list[str], flags: dict) -> int:
+        cfg = resolve_train_config(
+            config_file=None, overrides=overrides, preset="expert-iteration", flags=flags
+        )
+        return cfg.trainer.num_steps
+
+    assert steps([], {"env.name": "sokoban"}) == 60
+    assert steps(["trainer.num_steps=80"], {"env.name": "sokoban"}) == 80
+    assert steps([], {"env.name": "sokoban", "trainer.num_steps": 7}) == 7
