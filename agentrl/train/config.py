@@ -108,6 +108,13 @@ class TrainerConfig(_Section):
     the step's trajectories, and `algo.estimator: rft` imitates them. Needs
     `rollout.history_turns: 0`, the local backend and an env that lists candidate answers
     and can be copied mid-episode. 0: off (sample episodes)."""
+    search_easy_keep: float = Field(default=1.0, ge=0.0, le=1.0)
+    """With `search_beam`: the share of rooms the policy's greedy play (a beam of 1) already
+    solves whose greedy solution is kept as a label. Rooms greedy play fails get the full
+    beam. 1.0: every room is searched with the full beam and every solution kept. Below 1,
+    a step's labels lean to the rooms the policy fails, and the kept easy rooms replay what it
+    already does so that it does not forget them; raise `num_groups` to keep the number of
+    labels a step."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

@@ -26,9 +26,11 @@ and the policy in this process (`trainer.backend: local`).
 from __future__ import annotations
 
 import copy
+import random
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -280,9 +282,19 @@ def timed_search(
     max_depth: int,
     env_name: str = "",
     max_context_tokens: int = 4096,
+    easy_keep: float = 1.0,
+    rng: random.Random | None = None,
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """Search `seeds` with `model` (in eval mode, restored after) and return the solutions as
-    trajectories, with the search's metrics and `search/wall_s`."""
+    trajectories, with the search's metrics and `search/wall_s`.
+
+    With `easy_keep` below 1 the search is focused (`trainer.search_easy_keep`): every room is
+    first played greedily (a beam of 1); a share `easy_keep` of the rooms that play solves
+    keep that solution (drawn with `rng`), and only the rooms it fails are searched with
+    `beam_width`. Adds `search/greedy_solved_frac`, `search/hard_rooms` and
+    `search/hard_solved_frac`."""
+    if not 0.0 <= easy_keep <= 1.0:
+        raise ValueError(f"easy_keep must be in [0, 1], got {easy_keep}")
     start = time.perf_counter()
     probe = env_factory()
     try:
@@ -292,15 +304,20 @@ def timed_search(
         probe.close()
     was_training = model.training
     model.eval()
+    search = partial(
+        beam_search,
+        env_factory,
+        scorer=scorer,
+        prompt_ids=lambda _env, observation: bridge.prompt_ids(system_prompt, observation),
+        max_depth=max_depth,
+    )
     try:
-        found, metrics = beam_search(
-            env_factory,
-            seeds,
-            scorer,
-            lambda _env, observation: bridge.prompt_ids(system_prompt, observation),
-            beam_width=beam_width,
-            max_depth=max_depth,
-        )
+        if easy_keep < 1.0:
+            found, metrics = _focused_search(
+                search, seeds, beam_width, easy_keep, rng or random.Random(0)
+            )
+        else:
+            found, metrics = search(seeds, beam_width=beam_width)
     finally:
         model.train(was_training)
     trajs = solution_trajectories(
@@ -313,3 +330,29 @@ def timed_search(
     )
     metrics["search/wall_s"] = time.perf_counter() - start
     return trajs, metrics
+
+
+def _focused_search(
+    search: Callable[..., tuple[dict[int, list[str]], dict[str, float]]],
+    seeds: Sequence[int],
+    beam_width: int,
+    easy_keep: float,
+    rng: random.Random,
+) -> tuple[dict[int, list[str]], dict[str, float]]:
+    """Greedy play (a beam of 1) on every room; a share `easy_keep` of its solutions, and the
+    full beam on the rooms it fails. Metrics as `beam_search`'s, over the kept solutions."""
+    easy, greedy = search(seeds, beam_width=1)
+    hard_seeds = [s for s in seeds if s not in easy]
+    found, metrics = search(hard_seeds, beam_width=beam_width) if hard_seeds else ({}, {})
+    kept = {s: a for s, a in easy.items() if rng.random() < easy_keep}
+    solutions = {**kept, **found}
+    lengths = [len(a) for a in solutions.values()]
+    return solutions, {
+        "search/solved_frac": (len(easy) + len(found)) / max(len(seeds), 1),
+        "search/prompts_scored": greedy["search/prompts_scored"]
+        + metrics.get("search/prompts_scored", 0.0),
+        "search/solution_turns": sum(lengths) / max(len(lengths), 1),
+        "search/greedy_solved_frac": greedy["search/solved_frac"],
+        "search/hard_rooms": float(len(hard_seeds)),
+        "search/hard_solved_frac": len(found) / max(len(hard_seeds), 1),
+    }

@@ -430,6 +430,8 @@ class Trainer:
             max_depth=max_depth,
             env_name=self.cfg.env.name,
             max_context_tokens=self.cfg.rollout.max_context_tokens,
+            easy_keep=self.cfg.trainer.search_easy_keep,
+            rng=random.Random(self.cfg.seed * 1_000_003 + step),
         )
         return RolloutResult(trajs, metrics)
 

@@ -4,6 +4,7 @@ forced answers, and imitating them raises the policy's own solve rate."""
 
 from __future__ import annotations
 
+import random
 from functools import partial
 
 import pytest
@@ -21,6 +22,7 @@ from agentrl.train.search import (
     beam_search,
     is_search,
     solution_trajectories,
+    timed_search,
 )
 from agentrl.train.trainer import Trainer
 from agentrl.trajectory.bridge import ChatBridge
@@ -116,6 +118,36 @@ def test_a_beam_of_one_follows_the_policy_and_never_returns_to_a_state(bridge) -
     assert metrics["search/prompts_scored"] == len(keys)
     if not found:  # stuck: every answer led back to a state seen before
         assert len(keys) < 10
+
+
+def test_a_focused_search_searches_only_the_rooms_greedy_play_fails(bridge, model) -> None:
+    """`easy_keep` 0: the rooms a beam of 1 solves give no label, the others get the full
+    beam; `easy_keep` 1 is the plain search; a share in between keeps that many easy rooms."""
+    seeds = list(range(500_000, 500_040))
+    greedy, _ = beam_search(
+        ENV, seeds, AnswerScorer(model, bridge, ANSWERS), _prompt(bridge), beam_width=1,
+        max_depth=10,
+    )  # fmt: skip
+    hard = set(seeds) - set(greedy)
+    assert greedy and hard  # a random model solves some rooms by chance, not all
+    search = partial(timed_search, ENV, bridge, model, seeds, max_depth=10)
+    trajs, metrics = search(beam_width=64, easy_keep=0.0)
+    assert {t.seed for t in trajs} <= hard and len(trajs) == round(
+        metrics["search/hard_solved_frac"] * len(hard)
+    )
+    assert metrics["search/greedy_solved_frac"] == len(greedy) / len(seeds)
+    assert metrics["search/hard_rooms"] == len(hard) and metrics["search/solved_frac"] > 0.9
+    some, _ = search(beam_width=64, easy_keep=0.5, rng=random.Random(1))
+    easy_kept = {t.seed for t in some} - hard
+    assert 0 < len(easy_kept) < len(greedy)
+    for traj in some:  # a kept easy room's label is the greedy solution itself
+        if traj.seed in easy_kept:
+            assert [t.action_text for t in traj.turns] == greedy[traj.seed]
+    plain, plain_metrics = search(beam_width=64)
+    assert {t.seed for t in plain} == {t.seed for t in trajs} | set(greedy)
+    assert "search/hard_rooms" not in plain_metrics
+    with pytest.raises(ValueError, match="easy_keep"):
+        search(beam_width=64, easy_keep=1.5)
 
 
 def test_solutions_become_token_exact_trajectories_of_forced_answers(bridge) -> None:
