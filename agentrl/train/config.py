@@ -109,8 +109,9 @@ class TrainerConfig(_Section):
     `rollout.history_turns: 0`, the local backend and an env that lists candidate answers
     and can be copied mid-episode. 0: off (sample episodes)."""
     search_easy_keep: float = Field(default=1.0, ge=0.0, le=1.0)
-    """With `search_beam`: the share of rooms the policy's greedy play (a beam of 1) already
-    solves whose greedy solution is kept as a label. Rooms greedy play fails get the full
+    """With `search_beam`: the share of rooms the policy's greedy play already solves (its
+    best answer at every turn, without returning to a state) whose greedy solution is kept
+    as a label. Rooms greedy play fails get the full
     beam. 1.0: every room is searched with the full beam and every solution kept. Below 1,
     a step's labels lean to the rooms the policy fails, and the kept easy rooms replay what it
     already does so that it does not forget them; raise `num_groups` to keep the number of

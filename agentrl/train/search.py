@@ -139,6 +139,7 @@ def beam_search(
     *,
     beam_width: int,
     max_depth: int,
+    loops_fail: bool = False,
 ) -> tuple[dict[int, list[str]], dict[str, float]]:
     """Search every room of `seeds` at once, one depth at a time.
 
@@ -148,9 +149,15 @@ def beam_search(
     first answer after which the env reports `info["success"]`. Returns the answers of each
     solved room by seed, and the metrics `search/solved_frac`, `search/prompts_scored` and
     `search/solution_turns` (mean answers of a solution).
+
+    `loops_fail` (a beam of 1 only) is the policy's plain greedy play: only the best answer
+    is played in each state, and where it returns to a state seen before the room fails, as
+    a greedy policy would loop there, instead of the next-best answer being taken.
     """
     if beam_width < 1:
         raise ValueError(f"beam_width must be >= 1, got {beam_width}")
+    if loops_fail and beam_width != 1:
+        raise ValueError(f"loops_fail needs beam_width 1, got {beam_width}")
     answers = list(getattr(scorer, "answers", []))
     beams: dict[int, list[_Node]] = {}
     seen: dict[int, set[Hashable]] = {}
@@ -177,7 +184,10 @@ def beam_search(
             for (seed, node), row in zip(live, logp.tolist(), strict=True):
                 if seed in found:
                     continue
-                for answer, lp in zip(answers, row, strict=True):
+                options = list(zip(answers, row, strict=True))
+                if loops_fail:  # plain greedy play: the best answer only (the first of ties)
+                    options = [max(options, key=lambda option: option[1])]
+                for answer, lp in options:
                     env = copy.deepcopy(node.env)
                     observation, _, terminated, truncated, info = env.step(answer)
                     if terminated and info.get("success", False):
@@ -198,6 +208,8 @@ def beam_search(
                 for node in sorted(nodes):  # best first; ties in the order played
                     key = _key(node.env, node.observation)
                     if key in seen[seed]:
+                        if loops_fail:
+                            break
                         continue
                     seen[seed].add(key)
                     keep.append(node)
@@ -289,7 +301,8 @@ def timed_search(
     trajectories, with the search's metrics and `search/wall_s`.
 
     With `easy_keep` below 1 the search is focused (`trainer.search_easy_keep`): every room is
-    first played greedily (a beam of 1); a share `easy_keep` of the rooms that play solves
+    first played greedily (`beam_search`'s `loops_fail`: a return to a state seen before
+    fails the room); a share `easy_keep` of the rooms that play solves
     keep that solution (drawn with `rng`), and only the rooms it fails are searched with
     `beam_width`. Adds `search/greedy_solved_frac`, `search/hard_rooms` and
     `search/hard_solved_frac`."""
@@ -339,9 +352,9 @@ def _focused_search(
     easy_keep: float,
     rng: random.Random,
 ) -> tuple[dict[int, list[str]], dict[str, float]]:
-    """Greedy play (a beam of 1) on every room; a share `easy_keep` of its solutions, and the
-    full beam on the rooms it fails. Metrics as `beam_search`'s, over the kept solutions."""
-    easy, greedy = search(seeds, beam_width=1)
+    """Plain greedy play on every room; a share `easy_keep` of its solutions, and the full
+    beam on the rooms it fails. Metrics as `beam_search`'s, over the kept solutions."""
+    easy, greedy = search(seeds, beam_width=1, loops_fail=True)
     hard_seeds = [s for s in seeds if s not in easy]
     found, metrics = search(hard_seeds, beam_width=beam_width) if hard_seeds else ({}, {})
     kept = {s: a for s, a in easy.items() if rng.random() < easy_keep}

@@ -121,12 +121,13 @@ def test_a_beam_of_one_follows_the_policy_and_never_returns_to_a_state(bridge) -
 
 
 def test_a_focused_search_searches_only_the_rooms_greedy_play_fails(bridge, model) -> None:
-    """`easy_keep` 0: the rooms a beam of 1 solves give no label, the others get the full
+    """`easy_keep` 0: the rooms plain greedy play solves give no label, the others get the full
     beam; `easy_keep` 1 is the plain search; a share in between keeps that many easy rooms."""
-    seeds = list(range(500_000, 500_040))
+    env = ENV()
+    seeds = [s for s in range(500_000, 500_200) if env.reset(seed=s)[1]["optimal_len"] <= 2][:40]
     greedy, _ = beam_search(
         ENV, seeds, AnswerScorer(model, bridge, ANSWERS), _prompt(bridge), beam_width=1,
-        max_depth=10,
+        max_depth=10, loops_fail=True,
     )  # fmt: skip
     hard = set(seeds) - set(greedy)
     assert greedy and hard  # a random model solves some rooms by chance, not all
@@ -148,6 +149,30 @@ def test_a_focused_search_searches_only_the_rooms_greedy_play_fails(bridge, mode
     assert "search/hard_rooms" not in plain_metrics
     with pytest.raises(ValueError, match="easy_keep"):
         search(beam_width=64, easy_keep=1.5)
+
+
+def test_plain_greedy_play_fails_where_its_best_answer_returns_to_a_seen_state(bridge) -> None:
+    prefer = [-0.1, -0.2, -3.0, -4.0]  # Up, then Down: plain greedy play oscillates
+    loops, _ = beam_search(
+        ENV, list(range(20)), FixedScorer(prefer), _prompt(bridge), beam_width=1,
+        max_depth=10, loops_fail=True,
+    )  # fmt: skip
+    env = ENV()
+    for seed in range(20):  # greedy play is Up until the state stops changing, then a loop
+        env.reset(seed=seed)
+        key, solved = env.state_key(), False
+        for _ in range(10):
+            *_, info = env.step(ANSWERS[0])
+            if info.get("success"):
+                solved = True
+                break
+            if env.state_key() == key:
+                break
+            key = env.state_key()
+        assert (seed in loops) == solved
+    with pytest.raises(ValueError, match="beam_width 1"):
+        beam_search(ENV, [0], FixedScorer(prefer), _prompt(bridge), beam_width=2, max_depth=10,
+                    loops_fail=True)  # fmt: skip
 
 
 def test_solutions_become_token_exact_trajectories_of_forced_answers(bridge) -> None:
