@@ -2,10 +2,11 @@
 
 Each *variant* is a preset plus config overrides (`VARIANTS`; a plain preset name works too):
 `rl` is `agentrl train --env sokoban`'s RL (the CPU defaults in
-`agentrl/train/defaults/cpu-sokoban.yaml`: the `state-rloo` preset, per-move credit without a
-critic: each move's discounted return-to-go against the batch's other visits of the same
-state; `rl-state` names the preset itself), `starpo-s` is the default before it (StarPO-S,
-trajectory-level GAE with a warmed-up critic, lr 1e-4), `rft` is rejection-sampling
+`agentrl/train/defaults/cpu-sokoban.yaml`: since 2026-12-04 the `expert-iteration-focus`
+preset, a beam search on the rooms the policy's greedy play fails, imitated), `rl-state` is
+the default before it (`state-rloo`, per-move credit without a critic: each move's
+discounted return-to-go against the batch's other visits of the same state), `starpo-s` the
+one before that (StarPO-S, trajectory-level GAE with a warmed-up critic, lr 1e-4), `rft` is rejection-sampling
 fine-tuning (SFT on the policy's own solved episodes, same rollouts and budget: the imitation
 baseline RL must beat), `old` is the RL of before issue 14 (one return per trajectory, token-mean, one optimizer step per rollout).
 For each variant and seed, train from the starting policy for the same budget (steps and/or
@@ -51,7 +52,7 @@ ENV = "sokoban"
 SEED_OFFSET = 1_000_000
 
 VARIANTS: dict[str, tuple[str | None, list[str]]] = {
-    # name: (preset, overrides); preset None is the env's own (state-rloo for Sokoban)
+    # name: (preset, overrides); preset None is the env's own (expert-iteration-focus for Sokoban)
     "rl": (None, []),
     "rl-state": ("state-rloo", []),
     "rl-branch": ("state-rloo", ["trainer.branch_states=64"]),

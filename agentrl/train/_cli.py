@@ -68,7 +68,8 @@ def resolve_train_config(
     cpu = yaml.safe_load((Path(__file__).with_name("defaults") / "cpu.yaml").read_text())
     # The env is known once the layers are merged; its defaults and preset then go under the
     # others. The first merge is not validated: it may hold an override (say
-    # `algo.estimator=state-rloo`) that only the env's preset makes valid.
+    # `algo.estimator=state-rloo` under a preset with turn rewards) that only the env's preset
+    # makes valid.
     layers = _deep_merge(cpu, load_preset(preset or DEFAULT_PRESET))
     first = load_config(config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly)
     env_tree, env_preset = env_defaults(first.env.get("name") or EnvConfig().name)
@@ -132,7 +133,7 @@ def train(
             "--preset",
             help=(
                 "Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++, "
-                "state-rloo, policy-iteration, expert-iteration."
+                "state-rloo, policy-iteration, expert-iteration, expert-iteration-focus."
             ),
         ),
     ] = None,
@@ -156,7 +157,8 @@ def train(
     """Train a policy with RL on a multi-turn env.
 
     CPU defaults: SmolLM2-135M with GRPO; for `sokoban`, the `tiny` model with a warm start on
-    the solver's episodes, then the state-rloo preset (agentrl/train/defaults/cpu-sokoban.yaml).
+    the solver's episodes, then focused expert iteration (the expert-iteration-focus preset;
+    agentrl/train/defaults/cpu-sokoban.yaml).
     """
     from agentrl.algos.presets import UnknownPresetError
     from agentrl.config import ConfigError, dump_config

@@ -15,6 +15,11 @@ policy's second and third choices where they lead somewhere new; with a beam as 
 number of reachable states the search is breadth-first and finds every shortest solution
 itself, whatever the policy, so report `search/solved_frac` beside the policy's own success.
 
+From a strong policy the search solves every room and its labels mostly repeat the policy's
+own moves. `trainer.search_easy_keep` focuses it: the policy's plain greedy play screens the
+rooms first, only the ones it fails are searched, and a share of the ones it solves keep
+their greedy solution as a label (`expert-iteration-focus`).
+
 Needs a Markov prompt (`rollout.history_turns: 0`: the prompt is the state), an env that
 lists its candidate answers and can be copied (`copy.deepcopy`) in the middle of an episode,
 and the policy in this process (`trainer.backend: local`).
@@ -353,7 +358,8 @@ def _focused_search(
     rng: random.Random,
 ) -> tuple[dict[int, list[str]], dict[str, float]]:
     """Plain greedy play on every room; a share `easy_keep` of its solutions, and the full
-    beam on the rooms it fails. Metrics as `beam_search`'s, over the kept solutions."""
+    beam on the rooms it fails. `search/solved_frac` counts every room greedy play or the
+    beam solved, `search/solution_turns` the kept solutions only."""
     easy, greedy = search(seeds, beam_width=1, loops_fail=True)
     hard_seeds = [s for s in seeds if s not in easy]
     found, metrics = search(hard_seeds, beam_width=beam_width) if hard_seeds else ({}, {})

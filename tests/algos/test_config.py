@@ -57,7 +57,7 @@ def test_derived_properties() -> None:
 
 def test_all_presets_ship_and_validate() -> None:
     assert list_presets() == [
-        "expert-iteration", "grpo", "policy-iteration", "ppo", "reinforce++", "rloo", "starpo",
+        "expert-iteration", "expert-iteration-focus", "grpo", "policy-iteration", "ppo", "reinforce++", "rloo", "starpo",
         "starpo-s", "state-rloo",
     ]  # fmt: skip
     for name in list_presets():

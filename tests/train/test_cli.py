@@ -19,7 +19,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """`agentrl train --env sokoban --model tiny --steps 2 --no-warm-start` (small groups)."""
+    """`agentrl train --env sokoban --model tiny --steps 2 --no-warm-start --preset state-rloo`
+    (small groups; a preset that samples episodes, unlike Sokoban's default search)."""
     run_dir = tmp_path_factory.mktemp("cli") / "run"
     result = subprocess.run(
         [
@@ -34,6 +35,8 @@ def trained_run(tmp_path_factory):
             "--steps",
             "2",
             "--no-warm-start",
+            "--preset",
+            "state-rloo",
             "--set",
             "trainer.num_groups=2",
             "--set",
@@ -68,15 +71,16 @@ def test_train_writes_the_run_directory(trained_run) -> None:
         assert key in records[-1], key
     cfg = yaml.safe_load((trained_run / "config.yaml").read_text())
     assert cfg["env"]["name"] == "sokoban" and cfg["model"]["name"] == "tiny"
-    assert cfg["algo"]["estimator"] == "state-rloo"  # Sokoban's default preset
+    assert cfg["algo"]["estimator"] == "state-rloo"  # the preset named
     assert list((trained_run / "tensorboard").glob("events.out.tfevents.*"))
     assert (trained_run / "trajectories" / "step_000002.jsonl").is_file()  # the rollout's name
     assert (trained_run / "checkpoints" / "step-000002" / "policy" / "model").is_dir()
 
 
 def test_train_from_a_run_or_checkpoint_folder(trained_run, tmp_path) -> None:
+    # Sokoban's default RL (focused expert iteration), on two rooms
     args = ["train", "--env", "sokoban", "--no-warm-start", "--steps", "1", "--set",
-            "trainer.num_groups=1", "--set", "rollout.group_size=2"]  # fmt: skip
+            "trainer.num_groups=2"]  # fmt: skip
     result = runner.invoke(
         app, [*args, "--model", str(trained_run), "--run-dir", str(tmp_path / "a")]
     )
@@ -87,7 +91,8 @@ def test_train_from_a_run_or_checkpoint_folder(trained_run, tmp_path) -> None:
         app, [*args, "--model", str(checkpoint), "--run-dir", str(tmp_path / "b")]
     )
     assert result.exit_code == 0, result.output  # a checkpoint: its policy
-    assert (tmp_path / "b" / "metrics.jsonl").is_file()
+    (record,) = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert record["search/hard_rooms"] + record["search/greedy_solved_frac"] * 2 == 2
 
 
 def test_view_reads_the_trainers_trajectories(trained_run) -> None:

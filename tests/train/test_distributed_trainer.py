@@ -32,6 +32,8 @@ COMMON = [
     "--steps",
     "2",
     "--no-warm-start",
+    "--preset",
+    "state-rloo",  # sampled episodes (Sokoban's default is a local search)
     "--set",
     "logging.progress=false",
     "--set",

@@ -301,11 +301,20 @@ def test_only_credited_rows_are_scored_and_they_score_as_in_the_full_pass(tmp_pa
     assert metrics["time/score"] >= 0 and "actor/pg_loss" in metrics
 
 
-def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted() -> None:
-    # Sokoban's defaults name the state-rloo preset (reward_level: turn). Overriding the
-    # estimator to it must not be checked against the default preset's trajectory rewards.
+def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted(monkeypatch) -> None:
+    # An env whose defaults name the state-rloo preset (reward_level: turn; here Sokoban's,
+    # patched, as they were before expert iteration): overriding the estimator to it must not
+    # be checked against the global default preset's trajectory rewards.
     from agentrl.config import ConfigError
+    from agentrl.train import _cli
     from agentrl.train._cli import resolve_train_config
+
+    real = _cli.env_defaults
+    monkeypatch.setattr(
+        _cli,
+        "env_defaults",
+        lambda name: (real(name)[0], "state-rloo") if name == "sokoban" else real(name),
+    )
 
     cfg = resolve_train_config(
         config_file=None,
