@@ -415,6 +415,11 @@ class Trainer:
             result = self.with_branches(step, result)
         return result
 
+    def step_rng(self, step: int) -> random.Random:
+        """The step's own random draws (which states branch, which easy rooms a focused search
+        keeps): fixed by `seed` and `step`, so a resumed run draws the same."""
+        return random.Random(self.cfg.seed * 1_000_003 + step)
+
     def search(self, step: int) -> RolloutResult:
         """Expert iteration (`trainer.search_beam`, `agentrl.train.search`): the solutions a
         beam search guided by the current policy finds in this step's rooms."""
@@ -431,7 +436,7 @@ class Trainer:
             env_name=self.cfg.env.name,
             max_context_tokens=self.cfg.rollout.max_context_tokens,
             easy_keep=self.cfg.trainer.search_easy_keep,
-            rng=random.Random(self.cfg.seed * 1_000_003 + step),
+            rng=self.step_rng(step),
         )
         return RolloutResult(trajs, metrics)
 
@@ -443,7 +448,7 @@ class Trainer:
         cache = self._branch_engine
         cache.hits = cache.misses = 0
         base = result.trajectories
-        rng = random.Random(self.cfg.seed * 1_000_003 + step)
+        rng = self.step_rng(step)
         branches, skipped = branch.choose_branches(
             base,
             self.env_factory,
