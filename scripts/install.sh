@@ -7,6 +7,8 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# No wheel cache: the venv is ~4 GB already, and a full disk on a fresh CI machine failed an install.
+export PIP_NO_CACHE_DIR=1
 # torch FIRST, pinned: this takes the CPU wheel; a looser requirement would pull a CUDA build.
 pip install -q torch==2.13.0
 pip install -q -e ".[dev,ray,docker,math,textarena,peft]"
