@@ -761,8 +761,8 @@ class Trainer:
         if self.cfg.trainer.backend != "local":
             log.info("critic warm-up: no least-squares head fit under %s", self.cfg.trainer.backend)
             return
-        mc = self.cfg.algo.model_copy(
-            update={"lam": 1.0, "turn_lam": 1.0, "whiten_advantages": False}
+        mc = self.cfg.algo.model_copy(  # the KL penalty needs scores the batch has not yet
+            update={"lam": 1.0, "turn_lam": 1.0, "whiten_advantages": False, "kl_in_reward": False}
         )
         targets = compute_advantages(
             mc,

@@ -13,6 +13,7 @@ from agentrl.algos.presets import load_preset, preset_algo_config
 from agentrl.config import ConfigError, load_config
 from agentrl.envs import register
 from agentrl.train.batch import to_batch
+from agentrl.train.critic import value_head
 from agentrl.train.trainer import Trainer, replay_queue
 from agentrl.trajectory.types import Trajectory, Turn
 
@@ -91,6 +92,20 @@ def test_critic_warmup_fits_the_value_head_before_the_policy_moves(tmp_path) -> 
     # explained variance is one whole-batch figure, and rewards are normalised
     assert all(-10.0 < m["critic/explained_var"] <= 1.0 for m in [*warm, moved])
     assert moved["reward/norm_scale"] > 0
+
+
+def test_critic_warmup_fits_the_head_under_ppo_with_the_kl_in_the_reward(tmp_path) -> None:
+    """The least-squares head fit regresses Monte-Carlo returns before the batch is scored, so
+    `ppo`'s KL penalty in the reward (which needs the scores) stays out of its targets."""
+    trainer = _trainer(tmp_path, "ppo", "algo.critic_warmup_steps=1")
+    assert trainer.cfg.algo.kl_in_reward
+    head = value_head(trainer.critic.model)
+    try:
+        warm = trainer.train_step()
+    finally:
+        trainer.close()
+    assert warm["actor/updated"] == 0.0
+    assert torch.count_nonzero(head.weight) > 0  # the fit moved the zero-initialised head
 
 
 def test_critic_warmup_epochs_give_the_critic_more_steps_only_while_it_warms_up(tmp_path) -> None:
