@@ -745,7 +745,28 @@ class Trainer:
             metrics["critic/explained_var"] = explained_variance(
                 batch.old_values, result.value_targets, batch.loss_mask
             )
+            # lambda-returns hold the critic's own later values: also score it on the plain
+            # returns, which nothing of the critic's enters
+            metrics["critic/explained_var_mc"] = explained_variance(
+                batch.old_values, self._monte_carlo_targets(batch), batch.loss_mask
+            )
         return metrics
+
+    def _monte_carlo_targets(self, batch: TrainBatch) -> torch.Tensor:
+        """The critic's targets with no bootstrap (lambda 1 in and across turns) and no KL
+        penalty: each trained token's return-to-go of the (normalised) rewards `[B, T]`."""
+        mc = self.cfg.algo.model_copy(
+            update={"lam": 1.0, "turn_lam": 1.0, "whiten_advantages": False, "kl_in_reward": False}
+        )
+        return compute_advantages(
+            mc,
+            loss_mask=batch.loss_mask,
+            turn_rewards=self._turn_rewards(batch),
+            turn_ids=batch.turn_ids,
+            group_ids=batch.group_ids,
+            traj_ids=batch.traj_ids,
+            values=torch.zeros_like(batch.loss_mask),
+        ).value_targets
 
     def _turn_rewards(self, batch: TrainBatch) -> torch.Tensor:
         """The batch's turn rewards `[B, K]`, divided by the running std of episode returns
@@ -761,18 +782,7 @@ class Trainer:
         if self.cfg.trainer.backend != "local":
             log.info("critic warm-up: no least-squares head fit under %s", self.cfg.trainer.backend)
             return
-        mc = self.cfg.algo.model_copy(  # the KL penalty needs scores the batch has not yet
-            update={"lam": 1.0, "turn_lam": 1.0, "whiten_advantages": False, "kl_in_reward": False}
-        )
-        targets = compute_advantages(
-            mc,
-            loss_mask=batch.loss_mask,
-            turn_rewards=self._turn_rewards(batch),
-            turn_ids=batch.turn_ids,
-            group_ids=batch.group_ids,
-            traj_ids=batch.traj_ids,
-            values=torch.zeros_like(batch.loss_mask),
-        ).value_targets
+        targets = self._monte_carlo_targets(batch)
         parts = micro_batches(batch, self.cfg.trainer.micro_batch_tokens)  # row_index: to_batch's
         device = self.critic.device
         fit_value_head(

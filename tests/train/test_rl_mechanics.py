@@ -91,6 +91,11 @@ def test_critic_warmup_fits_the_value_head_before_the_policy_moves(tmp_path) -> 
     )
     # explained variance is one whole-batch figure, and rewards are normalised
     assert all(-10.0 < m["critic/explained_var"] <= 1.0 for m in [*warm, moved])
+    # lambda 1 and no KL in the reward: the targets are the plain returns
+    assert all(
+        m["critic/explained_var_mc"] == pytest.approx(m["critic/explained_var"])
+        for m in [*warm, moved]
+    )
     assert moved["reward/norm_scale"] > 0
 
 
@@ -106,6 +111,8 @@ def test_critic_warmup_fits_the_head_under_ppo_with_the_kl_in_the_reward(tmp_pat
         trainer.close()
     assert warm["actor/updated"] == 0.0
     assert torch.count_nonzero(head.weight) > 0  # the fit moved the zero-initialised head
+    # lambda 0.95 and the KL penalty: the lambda-returns are not the plain returns
+    assert warm["critic/explained_var_mc"] != pytest.approx(warm["critic/explained_var"])
 
 
 def test_critic_warmup_epochs_give_the_critic_more_steps_only_while_it_warms_up(tmp_path) -> None:
