@@ -61,6 +61,8 @@ def explained(
     """Explained variance of the returns-to-go of `rows` by the critic's (unscaled) values."""
     import torch
 
+    from agentrl.algos.losses import explained_variance  # the trainer's `critic/explained_var`
+
     with torch.no_grad():
         pred = torch.cat(
             [
@@ -68,8 +70,8 @@ def explained(
                 for i in range(0, len(rows), 256)
             ]
         )
-    y = torch.tensor([r[1] for r in rows])
-    return float(1 - torch.var(y - (pred * std + mean)) / torch.var(y))
+    y = torch.tensor([[r[1] for r in rows]])
+    return explained_variance((pred * std + mean).unsqueeze(0), y, torch.ones_like(y))
 
 
 def main() -> None:
