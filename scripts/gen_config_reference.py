@@ -227,15 +227,21 @@ def render(model: type[BaseModel] | None = None) -> str:
 
 
 def _train_defaults_lines() -> list[str]:
-    from agentrl.train._cli import DEFAULT_PRESET
+    from agentrl.config import EnvConfig
+    from agentrl.train._cli import DEFAULT_PRESET, env_defaults
 
+    env = EnvConfig().name
+    preset = env_defaults(env)[1] or DEFAULT_PRESET
     lines = [
         "",
         "## Defaults of `agentrl train`",
         "",
         "`agentrl train` starts from `agentrl/train/defaults/cpu.yaml` (sized for a CPU",
-        f"machine) and the `{DEFAULT_PRESET}` preset, then applies `-c FILE`, the command-line",
-        "flags and `--set`. These keys differ from the model defaults above:",
+        "machine), then the defaults of the run's env, if it has some",
+        "(`agentrl/train/defaults/cpu-<env>.yaml`), and the preset they name (else",
+        f"`{DEFAULT_PRESET}`) or `--preset`, then the env's keys for that preset (its `presets:`",
+        "section), then `-c FILE`, the command-line flags and `--set`. With the default env,",
+        f"`{env}`, and its preset, `{preset}`, these keys differ from the model defaults above:",
         "",
         "| key | model default | `agentrl train` default |",
         "|---|---|---|",

@@ -24,7 +24,8 @@ def _fail(message: str, code: int = 2) -> None:
 
 def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
     """The CPU defaults of one env (`defaults/cpu-<env>.yaml`, if there is one) and the preset
-    it names (its top-level `preset:` key), else `({}, None)`."""
+    it names (its top-level `preset:` key), else `({}, None)`. The tree's `presets:` section,
+    if any, maps a preset name to keys for runs under that preset only."""
     import yaml
 
     path = Path(__file__).with_name("defaults") / f"cpu-{env}.yaml"
@@ -42,17 +43,19 @@ def resolve_train_config(
     flags: dict[str, Any],
     base_file: Path | None = None,
 ) -> Any:
-    """The run config: CPU defaults < the env's CPU defaults < preset < `-c FILE` <
-    command-line flags < `--set`.
+    """The run config: CPU defaults < the env's CPU defaults < preset < the env's keys for that
+    preset < `-c FILE` < command-line flags < `--set`.
 
     The env's defaults (`defaults/cpu-<env>.yaml`, e.g. Sokoban's warm start) apply to the env
-    the other layers name; its `preset:` is used when `--preset` is not given.
+    the other layers name; its `preset:` is used when `--preset` is not given, and its
+    `presets: {NAME: {...}}` section holds keys that only runs under preset NAME take (say
+    the rooms a step that let a critic fit).
     `base_file` (a resumed run's config.yaml) replaces all defaults and the preset.
     """
     import yaml
     from pydantic import BaseModel, ConfigDict, Field
 
-    from agentrl.algos.presets import load_preset
+    from agentrl.algos.presets import list_presets, load_preset
     from agentrl.config import EnvConfig, _deep_merge, load_config
 
     class _EnvOnly(BaseModel):
@@ -72,10 +75,18 @@ def resolve_train_config(
     # makes valid.
     layers = _deep_merge(cpu, load_preset(preset or DEFAULT_PRESET))
     first = load_config(config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly)
-    env_tree, env_preset = env_defaults(first.env.get("name") or EnvConfig().name)
-    base = _deep_merge(
-        _deep_merge(cpu, env_tree), load_preset(preset or env_preset or DEFAULT_PRESET)
-    )
+    env_name = first.env.get("name") or EnvConfig().name
+    env_tree, env_preset = env_defaults(env_name)
+    env_tree = dict(env_tree)
+    by_preset = env_tree.pop("presets", None) or {}
+    unknown = sorted(set(by_preset) - set(list_presets()))
+    if unknown:
+        raise ValueError(
+            f"the {env_name} defaults name unknown presets under `presets:`: {unknown}"
+        )
+    chosen = preset or env_preset or DEFAULT_PRESET
+    base = _deep_merge(_deep_merge(cpu, env_tree), load_preset(chosen))
+    base = _deep_merge(base, by_preset.get(chosen) or {})
     return load_config(config_file, flag_overrides + list(overrides), base=base)
 
 

@@ -353,3 +353,37 @@ def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted(monkeypat
             preset=None,
             flags={"env.name": "guess_number"},
         )
+
+
+def test_the_envs_keys_for_one_preset_apply_under_that_preset_only(monkeypatch) -> None:
+    # Sokoban's defaults give PPO the rooms a step its critic needs to fit; other presets keep
+    # their own, and `--set` still wins
+    from agentrl.train import _cli
+    from agentrl.train._cli import resolve_train_config
+
+    def resolve(preset: str | None, *overrides: str):
+        return resolve_train_config(
+            config_file=None,
+            overrides=list(overrides),
+            preset=preset,
+            flags={"env.name": "sokoban"},
+        )
+
+    ppo = resolve("ppo")
+    assert (ppo.rollout.group_size, ppo.trainer.num_groups) == (2, 128)
+    assert (ppo.algo.critic_warmup_steps, ppo.algo.num_mini_batches) == (16, 16)
+    assert ppo.trainer.num_steps == 40 and ppo.warm_start.expert == "solver"
+    assert resolve("ppo", "trainer.num_groups=4", "rollout.group_size=8").trainer.num_groups == 4
+    starpo_s = resolve("starpo-s")
+    assert (starpo_s.rollout.group_size, starpo_s.trainer.num_groups) == (8, 8)
+    assert starpo_s.algo.critic_warmup_steps == 5  # the env's general key, not PPO's
+
+    real = _cli.env_defaults
+
+    def typo(name: str):
+        tree, preset = real(name)
+        return {**tree, "presets": {"ppo2": {"trainer": {"num_steps": 1}}}}, preset
+
+    monkeypatch.setattr(_cli, "env_defaults", typo)
+    with pytest.raises(ValueError, match="unknown presets.*ppo2"):
+        resolve("ppo")
