@@ -60,6 +60,12 @@ class AlgoConfig(BaseModel):
     `reward_level: turn`)."""
     turn_lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda across turns (`turn-gae` only)."""
+    critic_lam: float | None = Field(None, ge=0.0, le=1.0)
+    """GAE lambda of the critic's targets, in and across turns (`gae`, `turn-gae`), apart from
+    the advantages' `lam` and `turn_lam` (decoupled GAE, VC-PPO: Yuan et al. 2025). 1.0
+    regresses the critic on the plain returns-to-go, with no bootstrap from its own values of
+    later tokens: with `lam` < 1 over many sampled tokens, the targets of a turn's first tokens
+    are almost all the critic's own later values. None: the advantages' lambdas."""
     scale_by_std: bool = True
     """GRPO: divide each advantage by its group's reward std (False: mean-centring only)."""
     std_floor: float = Field(0.0, ge=0.0)

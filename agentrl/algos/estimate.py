@@ -235,18 +235,28 @@ def _one_row_each(
         adv = reinforce_pp_advantages(token_rewards, loss_mask, gamma=algo.gamma, group_ids=groups)
     elif algo.estimator == "gae":
         adv, value_targets = gae(token_rewards, values, loss_mask, gamma=algo.gamma, lam=algo.lam)
+        if algo.critic_lam is not None and algo.critic_lam != algo.lam:
+            value_targets = gae(
+                token_rewards, values, loss_mask, gamma=algo.gamma, lam=algo.critic_lam
+            )[1]
     elif algo.estimator == "turn-gae":
         turn_r = _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl)
-        adv, value_targets = turn_level_gae(
-            turn_r,
-            turn_ids,
-            values,
-            loss_mask,
-            gamma_turn=algo.turn_gamma,
-            lam_turn=algo.turn_lam,
-            gamma_token=algo.gamma,
-            lam_token=algo.lam,
-        )
+
+        def level_gae(lam_turn: float, lam_token: float) -> tuple[Tensor, Tensor]:
+            return turn_level_gae(
+                turn_r,
+                turn_ids,
+                values,
+                loss_mask,
+                gamma_turn=algo.turn_gamma,
+                lam_turn=lam_turn,
+                gamma_token=algo.gamma,
+                lam_token=lam_token,
+            )
+
+        adv, value_targets = level_gae(algo.turn_lam, algo.lam)
+        if algo.critic_lam is not None and (algo.critic_lam,) * 2 != (algo.turn_lam, algo.lam):
+            value_targets = level_gae(algo.critic_lam, algo.critic_lam)[1]
     else:  # pragma: no cover - the config's Literal rules this out
         raise ValueError(f"unknown estimator {algo.estimator!r}")
 

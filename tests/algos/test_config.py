@@ -18,7 +18,7 @@ def test_config_keys_snapshot() -> None:
     # New keys must show up in review: update this list together with docs/algorithms.md.
     assert sorted(AlgoConfig.model_fields) == sorted(
         [
-            "estimator", "reward_level", "gamma", "lam", "turn_gamma", "turn_lam",
+            "estimator", "reward_level", "gamma", "lam", "turn_gamma", "turn_lam", "critic_lam",
             "scale_by_std", "reinforce_baseline", "whiten_advantages", "clip_eps_low",
             "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward",
             "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",

@@ -359,3 +359,27 @@ def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:
     floored = compute_advantages(AlgoConfig(estimator="grpo", std_floor=1.0), **base).advantages
     close(scaled.abs(), torch.full((2, 1), 1 / math.sqrt(2)), 1e-3)  # blown up to unit scale
     close(floored, torch.tensor([[-0.05], [0.05]]), 1e-4)
+
+
+@pytest.mark.parametrize("estimator", ["gae", "turn-gae"])
+def test_critic_lam_decouples_the_critics_targets_from_the_advantages(estimator) -> None:
+    # decoupled GAE (VC-PPO): the advantages keep lam 0.5, the critic regresses on lambda-1
+    # targets, which for gamma 1 are the plain returns-to-go (no value of the critic's in them)
+    mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
+
+    def run(v=values, **keys):
+        keys = {"lam": 0.5, "turn_lam": 0.5} | keys
+        algo = AlgoConfig(estimator=estimator, reward_level="turn", **keys)
+        return compute_advantages(
+            algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids,
+            group_ids=groups, values=v,
+        )  # fmt: skip
+
+    coupled, decoupled = run(), run(critic_lam=1.0)
+    close(decoupled.advantages, coupled.advantages)
+    plain = run(lam=1.0, turn_lam=1.0).value_targets
+    close(decoupled.value_targets, plain)
+    close(run(v=values * 3, critic_lam=1.0).value_targets, plain)  # no value of the critic's
+    assert not torch.allclose(coupled.value_targets, plain)
+    # row 0: reward 1 at its last token -> every trained token's return-to-go is 1
+    close(decoupled.value_targets[0], mask[0].float())
