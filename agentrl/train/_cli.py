@@ -144,7 +144,8 @@ def train(
             "--preset",
             help=(
                 "Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++, "
-                "state-rloo, policy-iteration, expert-iteration, expert-iteration-focus."
+                "state-rloo, policy-iteration, expert-iteration, expert-iteration-focus. "
+                "An env's defaults may add keys for one preset (sokoban: ppo)."
             ),
         ),
     ] = None,
