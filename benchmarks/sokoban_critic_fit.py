@@ -10,10 +10,14 @@ the explained variance `1 - Var(G - V) / Var(G)` on the held-out rooms (and on 2
 turns) `--evals-per-pass` times a pass.
 
 For example, the default warm start (`results/sokoban-rl/warm_start`, 1,024 rooms x 8,
-37,658 turns, two threads, about 20 minutes): held-out 0.19 after a quarter pass, 0.29 after
-one pass, 0.30 after 1.25 passes, 0.28 at 1.5 (in sample 0.43: it starts to overfit; the run
-was stopped there). With 256 rooms x 8 (another draw of rooms) it peaked at 0.23 and overfit
-(in sample 0.65 after three passes).
+37,658 turns). At `--lr 1e-3` (the default until 2026-12-05; two threads, about 20 minutes):
+held-out 0.19 after a quarter pass, 0.29 after one pass, 0.30 after 1.25 passes, 0.28 at 1.5
+(in sample 0.43: it starts to overfit; the run was stopped there); with 256 rooms x 8 (another
+draw of rooms) it peaked at 0.23 and overfit (in sample 0.65 after three passes). On one cached
+draw of the same rooms, one thread, one pass, the peak lr decided the fit: 0.25 at 1e-4, 0.32
+at 3e-4 (in sample 0.48), 0.24 at 1e-3 (0.24 after 1.5 passes too) and 0.22 at 3e-3 after
+three quarters of a pass
+(`results/sokoban-rl/critic/README.md`), hence the default of 3e-4.
 
     .venv/bin/python benchmarks/sokoban_critic_fit.py results/sokoban-rl/warm_start --threads 2
 """
@@ -82,7 +86,7 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=8, help="Episodes per training room.")
     p.add_argument("--passes", type=float, default=2.0, help="Passes over the training turns.")
     p.add_argument("--batch-size", type=int, default=64, help="Turns per optimizer step.")
-    p.add_argument("--lr", type=float, default=1e-3, help="Peak learning rate (cosine to 0).")
+    p.add_argument("--lr", type=float, default=3e-4, help="Peak learning rate (cosine to 0).")
     p.add_argument("--evals-per-pass", type=int, default=4, help="Held-out scores per pass.")
     p.add_argument("--threads", type=int, default=1, help="Torch threads.")
     args = p.parse_args()
