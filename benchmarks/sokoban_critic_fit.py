@@ -16,8 +16,7 @@ held-out 0.19 after a quarter pass, 0.29 after one pass, 0.30 after 1.25 passes,
 draw of rooms) it peaked at 0.23 and overfit (in sample 0.65 after three passes). On one cached
 draw of the same rooms, one thread, one pass, the peak lr decided the fit: 0.25 at 1e-4, 0.32
 at 3e-4 (in sample 0.48), 0.24 at 1e-3 (0.24 after 1.5 passes too) and 0.22 at 3e-3 after
-three quarters of a pass
-(`results/sokoban-rl/critic/README.md`), hence the default of 3e-4.
+three quarters of a pass (`results/sokoban-rl/critic/README.md`), hence the default of 3e-4.
 
     .venv/bin/python benchmarks/sokoban_critic_fit.py results/sokoban-rl/warm_start --threads 2
 """
