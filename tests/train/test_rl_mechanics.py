@@ -371,8 +371,8 @@ def test_the_envs_keys_for_one_preset_apply_under_that_preset_only(monkeypatch) 
 
     ppo = resolve("ppo")
     assert (ppo.rollout.group_size, ppo.trainer.num_groups) == (2, 128)
-    assert (ppo.algo.critic_warmup_steps, ppo.algo.num_mini_batches) == (16, 16)
-    assert ppo.trainer.num_steps == 40 and ppo.warm_start.expert == "solver"
+    assert (ppo.algo.critic_warmup_steps, ppo.algo.num_mini_batches) == (24, 16)
+    assert ppo.trainer.num_steps == 48 and ppo.warm_start.expert == "solver"
     assert ppo.optim.critic_lr == 3e-4 and resolve("starpo-s").optim.critic_lr == 1e-3
     assert resolve("ppo", "trainer.num_groups=4", "rollout.group_size=8").trainer.num_groups == 4
     starpo_s = resolve("starpo-s")
