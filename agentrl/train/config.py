@@ -116,6 +116,13 @@ class TrainerConfig(_Section):
     a step's labels lean to the rooms the policy fails, and the kept easy rooms replay what it
     already does so that it does not forget them; raise `num_groups` to keep the number of
     labels a step."""
+    search_label_tau: float = Field(default=0.0, ge=0.0, le=1.0)
+    """With `search_beam`: train each answer of the solutions with probability
+    `min(1, (1 - p) / search_label_tau)`, `p` the policy's probability of it when the search
+    played it, and weigh the kept ones by 1 over that probability
+    (`agentrl.train.search.sample_labels`). The loss stays an unbiased estimate of the full
+    one, but the answers the policy is already sure of (a gradient of about `1 - p`) are
+    mostly skipped, so an update costs less. 0: train every answer."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never

@@ -31,6 +31,7 @@ and the policy in this process (`trainer.backend: local`).
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -129,6 +130,7 @@ class _Node:
     env: TokenEnv = field(compare=False)
     observation: Observation = field(compare=False)
     answers: tuple[str, ...] = field(compare=False)
+    answer_logp: tuple[float, ...] = field(compare=False, default=())
 
 
 def _key(env: TokenEnv, observation: Observation) -> Hashable:
@@ -145,6 +147,7 @@ def beam_search(
     beam_width: int,
     max_depth: int,
     loops_fail: bool = False,
+    answer_logp: dict[int, list[float]] | None = None,
 ) -> tuple[dict[int, list[str]], dict[str, float]]:
     """Search every room of `seeds` at once, one depth at a time.
 
@@ -158,6 +161,9 @@ def beam_search(
     `loops_fail` (a beam of 1 only) is the policy's plain greedy play: only the best answer
     is played in each state, and where it returns to a state seen before the room fails, as
     a greedy policy would loop there, instead of the next-best answer being taken.
+
+    `answer_logp`, when given, is filled with each solution's per-answer log-probabilities
+    under the policy (the scorer's, in the state where each answer was played).
     """
     if beam_width < 1:
         raise ValueError(f"beam_width must be >= 1, got {beam_width}")
@@ -197,13 +203,22 @@ def beam_search(
                     observation, _, terminated, truncated, info = env.step(answer)
                     if terminated and info.get("success", False):
                         found[seed] = [*node.answers, answer]
+                        if answer_logp is not None:
+                            answer_logp[seed] = [*node.answer_logp, lp]
                         break
                     if terminated or truncated:
                         continue
                     order += 1
                     score = node.neg_score - lp
                     children.setdefault(seed, []).append(
-                        _Node(score, order, env, observation, (*node.answers, answer))
+                        _Node(
+                            score,
+                            order,
+                            env,
+                            observation,
+                            (*node.answers, answer),
+                            (*node.answer_logp, lp),
+                        )
                     )
             beams = {}
             for seed, nodes in children.items():
@@ -257,9 +272,12 @@ def solution_trajectories(
     beam_width: int,
     env_name: str = "",
     max_context_tokens: int = 4096,
+    answer_logp: dict[int, list[float]] | None = None,
 ) -> list[Trajectory]:
     """The solutions `found` (answers by seed) as token-exact trajectories, one group each,
-    replayed through the same bridge as the rollout (`rollout.history_turns: 0`)."""
+    replayed through the same bridge as the rollout (`rollout.history_turns: 0`). With
+    `answer_logp` (by seed, as `beam_search` fills it) each trajectory's `reset_info` also
+    keeps the policy's log-probability of each of its answers (`search_answer_logp`)."""
     env = env_factory()
     trajs = []
     try:
@@ -283,6 +301,8 @@ def solution_trajectories(
                     "(is the env deterministic?)"
                 )
             traj.reset_info = {SEARCH_KEY: {"beam_width": beam_width}}
+            if answer_logp is not None and seed in answer_logp:
+                traj.reset_info[SEARCH_KEY]["answer_logp"] = list(answer_logp[seed])
             trajs.append(traj)
     finally:
         env.close()
@@ -322,12 +342,14 @@ def timed_search(
         probe.close()
     was_training = model.training
     model.eval()
+    answer_logp: dict[int, list[float]] = {}  # both searches fill it: their rooms differ
     search = partial(
         beam_search,
         env_factory,
         scorer=scorer,
         prompt_ids=lambda _env, observation: bridge.prompt_ids(system_prompt, observation),
         max_depth=max_depth,
+        answer_logp=answer_logp,
     )
     try:
         if easy_keep < 1.0:
@@ -345,6 +367,7 @@ def timed_search(
         beam_width=beam_width,
         env_name=env_name,
         max_context_tokens=max_context_tokens,
+        answer_logp=answer_logp,
     )
     metrics["search/wall_s"] = time.perf_counter() - start
     return trajs, metrics
@@ -374,4 +397,61 @@ def _focused_search(
         "search/greedy_solved_frac": greedy["search/solved_frac"],
         "search/hard_rooms": float(len(hard_seeds)),
         "search/hard_solved_frac": len(found) / max(len(hard_seeds), 1),
+    }
+
+
+def sample_labels(
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    turn_ids: torch.Tensor,
+    answer_logp: Sequence[Sequence[float] | None],
+    *,
+    tau: float,
+    rng: random.Random,
+) -> dict[str, float]:
+    """Train fewer of a search's answers without changing the expected gradient
+    (`trainer.search_label_tau`; importance sampling by gradient size, Katharopoulos and
+    Fleuret, 2018).
+
+    Imitating an answer the policy gives probability `p` has a gradient about `1 - p` in
+    size, so the answers it is already sure of add little. Each row (one answer: prompts are
+    the state) is kept with probability `q = min(1, (1 - p) / tau)` and its advantages are
+    divided by `q`; the others' are set to 0, and the update skips their forward and backward
+    passes while its normaliser still counts their tokens. The loss is an unbiased estimate
+    of the full one, and each kept row's weighted gradient is at most about `tau`.
+
+    `advantages`, `loss_mask` and `turn_ids` are the batch's `[B, T]`; `advantages` changes in
+    place. `answer_logp[r]` lists the per-turn log-probabilities of row `r`'s trajectory
+    (None: not a search's solution, left as it is). Returns `search/label_keep_frac` (rows
+    kept of the rows sampled) and `search/label_weight_max`.
+
+    >>> mask = torch.tensor([[0, 1], [0, 1], [0, 1]])
+    >>> adv, turns = mask.float(), torch.tensor([[-1, 0], [-1, 1], [-1, 0]])
+    >>> logp = [[-2.0, -1e-4], [-2.0, -1e-4], None]  # rows 0, 1: turns 0, 1 of one solution
+    >>> stats = sample_labels(adv, mask, turns, logp, tau=0.1, rng=random.Random(0))
+    >>> adv.tolist()  # p = 0.14: kept; p = 0.9999: kept 1 time in 1,000; row 2: not a search's
+    [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]]
+    >>> stats["search/label_keep_frac"]
+    0.5
+    """
+    if not 0.0 < tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {tau}")
+    sampled = kept = 0
+    weight_max = 0.0
+    trained = loss_mask.bool()
+    for row, logps in enumerate(answer_logp):
+        if logps is None or not trained[row].any():
+            continue
+        turn = int(turn_ids[row][trained[row]].max())  # [T] -> the row's answer's turn
+        q = min(1.0, -math.expm1(logps[turn]) / tau)  # 1 - p, accurate near p = 1
+        sampled += 1
+        if q > 0.0 and rng.random() < q:
+            advantages[row] /= q
+            kept += 1
+            weight_max = max(weight_max, 1.0 / q)
+        else:
+            advantages[row] = 0.0
+    return {
+        "search/label_keep_frac": kept / max(sampled, 1),
+        "search/label_weight_max": weight_max,
     }

@@ -70,7 +70,7 @@ from agentrl.train.metrics import (
     trajectory_stats,
 )
 from agentrl.train.prefix import shared_prefix_logits
-from agentrl.train.search import is_search
+from agentrl.train.search import SEARCH_KEY, is_search, sample_labels
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
 
@@ -300,12 +300,14 @@ class Trainer:
                     self.fit_value_head(batch)
             if self._credit_before_scoring:  # score only the rows the update will train
                 metrics |= self.advantages(batch)
+                metrics |= self.sample_search_labels(step, trainable, batch)
                 with timer("score"):
                     metrics |= self.score(batch, rows=self._credited_rows(batch))
             else:
                 with timer("score"):
                     metrics |= self.score(batch)  # old_logp, ref_logp, old_values
                 metrics |= self.advantages(batch)  # batch.advantages, value_targets [B, T]
+                metrics |= self.sample_search_labels(step, trainable, batch)
             if algo.estimator == "state-best":  # the loss is the mean over the labelled rows
                 keep = self._credited_rows(batch).tolist()
                 if self._trains_branches_only:
@@ -439,6 +441,26 @@ class Trainer:
             rng=self.step_rng(step),
         )
         return RolloutResult(trajs, metrics)
+
+    def sample_search_labels(
+        self, step: int, trajs: list[Trajectory], batch: TrainBatch
+    ) -> dict[str, float]:
+        """`trainer.search_label_tau`: keep a share of the search's answers, weighted so that
+        the loss's expectation is unchanged (`agentrl.train.search.sample_labels`)."""
+        tau = self.cfg.trainer.search_label_tau
+        if not tau:
+            return {}
+        answer_logp = [
+            trajs[int(t)].reset_info.get(SEARCH_KEY, {}).get("answer_logp") for t in batch.traj_ids
+        ]
+        return sample_labels(
+            batch.advantages,
+            batch.loss_mask,
+            batch.turn_ids,
+            answer_logp,
+            tau=tau,
+            rng=random.Random(f"labels/{self.cfg.seed}/{step}"),
+        )
 
     def with_branches(self, step: int, result: RolloutResult) -> RolloutResult:
         """`result` plus its all-action branches (`trainer.branch_states`, `agentrl.train.branch`):
@@ -1113,6 +1135,11 @@ def _check_branches(cfg: TrainConfig) -> None:
         raise ValueError(
             f"trainer.label_replay_steps={cfg.trainer.label_replay_steps} needs "
             f"algo.estimator: state-best (it replays labels; got {cfg.algo.estimator!r})"
+        )
+    if cfg.trainer.search_label_tau and not cfg.trainer.search_beam:
+        raise ValueError(
+            f"trainer.search_label_tau={cfg.trainer.search_label_tau} needs trainer.search_beam "
+            "(it samples the answers of the search's solutions)"
         )
     if cfg.trainer.search_beam:
         needs = {

@@ -4,6 +4,7 @@ forced answers, and imitating them raises the policy's own solve rate."""
 
 from __future__ import annotations
 
+import math
 import random
 from functools import partial
 
@@ -18,9 +19,11 @@ from agentrl.sft.data import expert_ids
 from agentrl.sft.train import masked_nll
 from agentrl.train.batch import to_batch
 from agentrl.train.search import (
+    SEARCH_KEY,
     AnswerScorer,
     beam_search,
     is_search,
+    sample_labels,
     solution_trajectories,
     timed_search,
 )
@@ -281,3 +284,103 @@ def test_the_expert_iteration_preset_runs_its_measured_length_unless_told_otherw
     assert steps([], {"env.name": "sokoban"}) == 60
     assert steps(["trainer.num_steps=80"], {"env.name": "sokoban"}) == 80
     assert steps([], {"env.name": "sokoban", "trainer.num_steps": 7}) == 7
+
+
+def test_the_search_keeps_the_policys_log_probability_of_every_answer(bridge) -> None:
+    prefer = [-0.5, -1.0, -2.0, -3.0]
+    logp: dict[int, list[float]] = {}
+    found, _ = beam_search(
+        ENV, [0, 1, 2, 3], FixedScorer(prefer), _prompt(bridge), beam_width=64, max_depth=10,
+        answer_logp=logp,
+    )  # fmt: skip
+    assert found and sorted(logp) == sorted(found)
+    for seed, answers in found.items():  # the scorer's log-probability of each answer played
+        assert logp[seed] == pytest.approx([prefer[ANSWERS.index(a)] for a in answers])
+    trajs = solution_trajectories(ENV, bridge, found, beam_width=64, answer_logp=logp)
+    for traj in trajs:
+        assert traj.reset_info[SEARCH_KEY]["answer_logp"] == logp[traj.seed]
+
+
+def test_label_sampling_keeps_the_unsure_answers_and_is_unbiased() -> None:
+    """Rows the policy is unsure of (p <= 1 - tau) are always kept at weight 1; sure ones are
+    kept with probability (1 - p) / tau at weight tau / (1 - p), so every row's expected
+    advantage is unchanged; rows of other trajectories are left alone."""
+    probs = [0.5, 0.9, 0.95, 0.99]
+    rows = 4_000  # per probability
+    mask = torch.zeros(rows * len(probs) + 1, 3, dtype=torch.long)
+    mask[:, 1:] = 1  # two answer tokens a row
+    turns = torch.tensor([[-1, 0, 0]]).repeat(mask.shape[0], 1)
+    adv = mask.float() * 2.0  # advantage 2 on the answer tokens
+    logp = [[math.log(p)] for p in probs for _ in range(rows)] + [None]
+    stats = sample_labels(adv, mask, turns, logp, tau=0.1, rng=random.Random(0))
+    assert adv[-1].tolist() == [0.0, 2.0, 2.0]  # not a search's row
+    assert (adv[:, 0] == 0).all()  # off the trained tokens nothing moves
+    by_p = adv[:-1, 1].view(len(probs), rows)  # [P, rows]
+    assert (by_p[0] == 2.0).all() and (by_p[1] == 2.0).all()  # p <= 0.9: all kept
+    for k, p in enumerate(probs[2:], start=2):
+        q = (1 - p) / 0.1
+        kept = by_p[k] != 0
+        assert torch.allclose(by_p[k][kept], torch.tensor(2.0 / q))
+        assert float(kept.float().mean()) == pytest.approx(q, abs=4 * math.sqrt(q / rows))
+        assert float(by_p[k].mean()) == pytest.approx(2.0, rel=0.12)  # unbiased
+    want = (2 + 0.5 + 0.1) / 4
+    assert stats["search/label_keep_frac"] == pytest.approx(want, abs=0.01)
+    assert stats["search/label_weight_max"] == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="tau"):
+        sample_labels(adv, mask, turns, logp, tau=0.0, rng=random.Random(0))
+
+
+def test_an_expert_iteration_step_trains_the_sampled_answers_at_their_weights(
+    tmp_path, monkeypatch
+) -> None:
+    """`trainer.search_label_tau` 0.1 on a search whose answers the policy gave p = 0.5 and
+    0.95 in turn (a random model is sure of nothing): the first are all trained at weight 1,
+    about half the others at weight 2, and only the kept rows run a forward pass."""
+    trainer = Trainer(
+        _search_config("trainer.num_steps=1", "trainer.search_label_tau=0.1"), tmp_path
+    )
+    updated, trained_rows = [], []
+    real_update, real_rows, real_search = trainer.update, trainer._rows_with_credit, trainer.search
+
+    def search(step):
+        result = real_search(step)
+        for traj in result.trajectories:
+            info = traj.reset_info[SEARCH_KEY]
+            info["answer_logp"] = [math.log(0.5 if t % 2 == 0 else 0.95) for t in range(20)]
+        return result
+
+    def rows_with_credit(batch, **kw):
+        out = real_rows(batch, **kw)
+        trained_rows.append(out.num_rows)
+        return out
+
+    monkeypatch.setattr(trainer, "search", search)
+    monkeypatch.setattr(trainer, "_rows_with_credit", rows_with_credit)
+    monkeypatch.setattr(
+        trainer, "update", lambda batch, **kw: updated.append(batch) or real_update(batch, **kw)
+    )
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    (batch,) = updated
+    trained = batch.loss_mask.bool()
+    kept = ((batch.advantages != 0) & trained).any(dim=1)
+    turn = torch.where(trained, batch.turn_ids, -1).max(dim=1).values  # [B]
+    sure = turn % 2 == 1
+    assert sure.any() and (~sure).any()
+    assert kept[~sure].all() and 0 < int(kept[sure].sum()) < int(sure.sum())
+    assert metrics["search/label_keep_frac"] == pytest.approx(float(kept.float().mean()))
+    assert sum(trained_rows) == int(kept.sum())  # the dropped rows run no forward
+    for row in kept.nonzero().squeeze(-1).tolist():
+        weight = 2.0 if sure[row] else 1.0
+        assert torch.allclose(batch.advantages[row][trained[row]], torch.tensor(weight))
+
+
+def test_label_sampling_needs_the_search(tmp_path) -> None:
+    cfg = load_config(
+        overrides=["env.name=sokoban", "model.name=tiny", "trainer.search_label_tau=0.1"],
+        base=load_preset("grpo"),
+    )
+    with pytest.raises(ValueError, match="search_label_tau.*search_beam"):
+        Trainer(cfg, tmp_path)
