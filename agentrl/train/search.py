@@ -277,7 +277,8 @@ def solution_trajectories(
     """The solutions `found` (answers by seed) as token-exact trajectories, one group each,
     replayed through the same bridge as the rollout (`rollout.history_turns: 0`). With
     `answer_logp` (by seed, as `beam_search` fills it) each trajectory's `reset_info` also
-    keeps the policy's log-probability of each of its answers (`search_answer_logp`)."""
+    keeps the policy's log-probability of each of its answers
+    (`reset_info[SEARCH_KEY]["answer_logp"]`)."""
     env = env_factory()
     trajs = []
     try:
@@ -418,7 +419,8 @@ def sample_labels(
     the state) is kept with probability `q = min(1, (1 - p) / tau)` and its advantages are
     divided by `q`; the others' are set to 0, and the update skips their forward and backward
     passes while its normaliser still counts their tokens. The loss is an unbiased estimate
-    of the full one, and each kept row's weighted gradient is at most about `tau`.
+    of the full one, and at the weights the search scored with, each kept row's weighted
+    gradient is at most about `tau` (the update's later mini-batches see weights that moved).
 
     `advantages`, `loss_mask` and `turn_ids` are the batch's `[B, T]`; `advantages` changes in
     place. `answer_logp[r]` lists the per-turn log-probabilities of row `r`'s trajectory
