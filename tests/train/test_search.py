@@ -209,10 +209,9 @@ def _search_config(*overrides: str):
     )  # fmt: skip
 
 
-def test_an_expert_iteration_step_imitates_every_solution_and_nothing_else(
-    tmp_path, monkeypatch
-) -> None:
-    trainer = Trainer(_search_config("trainer.num_steps=1"), tmp_path)
+def _one_step(trainer: Trainer, monkeypatch) -> tuple[dict[str, float], list]:
+    """One training step of `trainer` (closed after it): its metrics and the batches its
+    update received."""
     updated = []
     real_update = trainer.update
     monkeypatch.setattr(
@@ -222,6 +221,14 @@ def test_an_expert_iteration_step_imitates_every_solution_and_nothing_else(
         metrics = trainer.train_step()
     finally:
         trainer.close()
+    return metrics, updated
+
+
+def test_an_expert_iteration_step_imitates_every_solution_and_nothing_else(
+    tmp_path, monkeypatch
+) -> None:
+    trainer = Trainer(_search_config("trainer.num_steps=1"), tmp_path)
+    metrics, updated = _one_step(trainer, monkeypatch)
     assert metrics["search/solved_frac"] > 0 and "success_rate" not in metrics
     (batch,) = updated
     solved = round(metrics["search/solved_frac"] * 6)
@@ -339,8 +346,8 @@ def test_an_expert_iteration_step_trains_the_sampled_answers_at_their_weights(
     trainer = Trainer(
         _search_config("trainer.num_steps=1", "trainer.search_label_tau=0.1"), tmp_path
     )
-    updated, trained_rows = [], []
-    real_update, real_rows, real_search = trainer.update, trainer._rows_with_credit, trainer.search
+    trained_rows = []
+    real_rows, real_search = trainer._rows_with_credit, trainer.search
 
     def search(step):
         result = real_search(step)
@@ -356,13 +363,7 @@ def test_an_expert_iteration_step_trains_the_sampled_answers_at_their_weights(
 
     monkeypatch.setattr(trainer, "search", search)
     monkeypatch.setattr(trainer, "_rows_with_credit", rows_with_credit)
-    monkeypatch.setattr(
-        trainer, "update", lambda batch, **kw: updated.append(batch) or real_update(batch, **kw)
-    )
-    try:
-        metrics = trainer.train_step()
-    finally:
-        trainer.close()
+    metrics, updated = _one_step(trainer, monkeypatch)
     (batch,) = updated
     trained = batch.loss_mask.bool()
     kept = ((batch.advantages != 0) & trained).any(dim=1)
