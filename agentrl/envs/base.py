@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Hashable
 from typing import Any, ClassVar, TypedDict
 
@@ -105,6 +106,12 @@ class TokenEnv(gym.Env):
         keys are the same position whatever budget is left, so a search expands only the
         first it reaches. The default, None, makes the observation text the key."""
         return None
+
+    def clone(self) -> TokenEnv:
+        """An independent copy of the env, mid-episode: stepping one leaves the other as it
+        was (search, `trainer.search_beam`, plays each answer in a clone). The default is
+        `copy.deepcopy(self)`; an env whose state is cheaper to copy overrides it."""
+        return copy.deepcopy(self)
 
     def require_reset(self) -> None:
         """Raise a clear error when `step` comes before `reset`."""

@@ -21,7 +21,7 @@ rooms first, only the ones it fails are searched, and a share of the ones it sol
 their greedy solution as a label (`expert-iteration-focus`).
 
 Needs a Markov prompt (`rollout.history_turns: 0`: the prompt is the state), an env that
-lists its candidate answers and can be copied (`copy.deepcopy`) in the middle of an episode,
+lists its candidate answers and can be copied in the middle of an episode (`TokenEnv.clone`),
 and the policy in this process (`trainer.backend: local`).
 
     scorer = AnswerScorer(model, bridge, env.candidate_answers())
@@ -30,7 +30,6 @@ and the policy in this process (`trainer.backend: local`).
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import time
@@ -199,7 +198,7 @@ def beam_search(
                 if loops_fail:  # plain greedy play: the best answer only (the first of ties)
                     options = [max(options, key=lambda option: option[1])]
                 for answer, lp in options:
-                    env = copy.deepcopy(node.env)
+                    env = node.env.clone()
                     observation, _, terminated, truncated, info = env.step(answer)
                     if terminated and info.get("success", False):
                         found[seed] = [*node.answers, answer]

@@ -44,7 +44,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        if all(type(v) in _PLAIN for v in value):  # ids, masks, logprobs: copy, no recursion
+        if _PLAIN.issuperset(map(type, value)):  # ids, masks, logprobs: copy, no recursion
             return list(value)
         return [_jsonable(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):

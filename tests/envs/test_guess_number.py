@@ -28,3 +28,14 @@ def test_invalid_and_out_of_turns() -> None:
     assert all(r[1] == -0.1 and r[4]["valid"] is False for r in results)
     assert [r[3] for r in results] == [False] * 7 + [True]
     assert results[-1][4]["success"] is False
+
+
+def test_default_clone_is_independent() -> None:
+    """`TokenEnv.clone`'s default (a deep copy): turns played in the clone leave the source."""
+    env = make("guess-number", high=1000)
+    env.reset(seed=0)
+    env.step("<answer>500</answer>")
+    clone = env.clone()
+    assert clone is not env
+    assert [clone.step("no number")[3] for _ in range(7)] == [False] * 6 + [True]
+    assert env.step("no number")[3] is False  # the source has 6 turns left, not 0

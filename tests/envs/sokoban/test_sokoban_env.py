@@ -167,3 +167,26 @@ def test_bad_arguments_and_files(tmp_path: Path) -> None:
 def test_check_env_passes_with_options(kwargs: dict[str, object]) -> None:
     report = check_env(SokobanEnv, num_episodes=2, **kwargs)
     assert report.ok, str(report)
+
+
+def test_clone_plays_as_a_deep_copy_and_shares_no_state() -> None:
+    """`clone` (the search's cheap copy) steps exactly as `copy.deepcopy` would, and neither
+    the clone's moves nor its random draws reach the source."""
+    import copy
+
+    rng = np.random.default_rng(0)
+    env = make("sokoban", max_turns=10, max_actions_per_turn=1)
+    for seed in range(40):
+        env.reset(seed=seed)
+        env.step(env.sample_action(rng))
+        before = (env.render(), env.state_key(), env._actions_left, env._turns)
+        clone, reference = env.clone(), copy.deepcopy(env)
+        assert clone.render() == reference.render()
+        for _ in range(9):
+            action = env.sample_action(rng)
+            assert clone.step(action) == reference.step(action)
+        assert (env.render(), env.state_key(), env._actions_left, env._turns) == before
+    draws = env.clone().np_random.integers(1 << 30, size=4)
+    assert (env.np_random.integers(1 << 30, size=4) == draws).all()  # a copy, not a share
+    fresh = SokobanEnv()
+    assert fresh.clone().reset(seed=3)[0] == fresh.reset(seed=3)[0]  # cloned before any reset
