@@ -32,7 +32,7 @@ control, the SFT direction, gained nothing at any length: the surface is too sha
 gradient directions for one straight step (results/sokoban-rl/gradient-noise/).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/gradient_noise.py \
-        --init results/sokoban-rl/warm_start --batches 96
+        --init results/sokoban-rl/warm_start_3cycles --batches 96
 """
 
 from __future__ import annotations

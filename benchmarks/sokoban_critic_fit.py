@@ -9,7 +9,7 @@ AdamW, `--batch-size` turns a step drawn from every room, cosine lr from `--lr`.
 the explained variance `1 - Var(G - V) / Var(G)` on the held-out rooms (and on 2,048 training
 turns) `--evals-per-pass` times a pass.
 
-For example, the default warm start (`results/sokoban-rl/warm_start`, 1,024 rooms x 8,
+For example, the default warm start (`results/sokoban-rl/warm_start_3cycles`, 1,024 rooms x 8,
 37,658 turns). At `--lr 1e-3` (the default until 2026-12-05; two threads, about 20 minutes):
 held-out 0.19 after a quarter pass, 0.29 after one pass, 0.30 after 1.25 passes, 0.28 at 1.5
 (in sample 0.43: it starts to overfit; the run was stopped there); with 256 rooms x 8 (another
@@ -18,7 +18,7 @@ draw of the same rooms, one thread, one pass, the peak lr decided the fit: 0.25 
 at 3e-4 (in sample 0.48), 0.24 at 1e-3 (0.24 after 1.5 passes too) and 0.22 at 3e-3 after
 three quarters of a pass (`results/sokoban-rl/critic/README.md`), hence the default of 3e-4.
 
-    .venv/bin/python benchmarks/sokoban_critic_fit.py results/sokoban-rl/warm_start --threads 2
+    .venv/bin/python benchmarks/sokoban_critic_fit.py results/sokoban-rl/warm_start_3cycles --threads 2
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ current grid only, T=1.0 as in training rollouts). For every turn it takes the r
 
 A learned critic is scored the same way in training (`critic/explained_var`); these numbers
 say what it could reach. For example, the default warm start
-(`results/sokoban-rl/warm_start`, 256 rooms x 8, about 5 minutes on one core): 84% for the
+(`results/sokoban-rl/warm_start_3cycles`, 256 rooms x 8, about 5 minutes on one core): 84% for the
 state mean, 74% for (distance, actions left), 20% for actions left alone.
 
-    .venv/bin/python benchmarks/sokoban_value_ceiling.py results/sokoban-rl/warm_start
+    .venv/bin/python benchmarks/sokoban_value_ceiling.py results/sokoban-rl/warm_start_3cycles
 """
 
 from __future__ import annotations
