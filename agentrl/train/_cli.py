@@ -297,13 +297,22 @@ def plot(
     out: Annotated[
         Path | None, typer.Option("--out", help="PNG file (default <first run>/curves.png).")
     ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="A metrics.jsonl key to draw (repeat for more; default: the usual curves "
+            "the runs logged, less those that never change).",
+        ),
+    ] = None,
 ) -> None:
     """Draw learning curves (reward, success, entropy, grad norm...) of runs into a PNG."""
     from agentrl.train.plot import plot_runs
 
     out = out or runs[0] / "curves.png"
     try:
-        drawn = plot_runs(runs, out)
+        drawn = plot_runs(runs, out, keys=metric or None)
     except (FileNotFoundError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"wrote {out} ({', '.join(drawn)})")

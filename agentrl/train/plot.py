@@ -11,6 +11,8 @@ from agentrl.train.metrics import read_metrics
 DEFAULT_KEYS = (
     "reward/mean",
     "success_rate",
+    "search/greedy_solved_frac",
+    "search/solved_frac",
     "reward/in_group_std",
     "actor/entropy",
     "actor/grad_norm",
@@ -20,15 +22,20 @@ DEFAULT_KEYS = (
     "sft/nll",
     "sft/token_accuracy",
 )
-"""Metrics drawn when present in at least one run, one panel each."""
+"""Metrics drawn when present in at least one run and not the same number throughout, one
+panel each (`search/*`: the policy's greedy success on each step's new rooms, and what the
+search solved, for `trainer.search_beam` runs)."""
 
 
 def plot_runs(
-    run_dirs: Sequence[Path], out: Path, *, keys: Sequence[str] = DEFAULT_KEYS
+    run_dirs: Sequence[Path], out: Path, *, keys: Sequence[str] | None = None
 ) -> list[str]:
     """Draw one panel per metric with one line per run into the PNG `out`.
 
-    Returns the keys drawn. Raises ValueError when none of `keys` is in any run.
+    `keys` None draws those of `DEFAULT_KEYS` that some run logged, less the ones that hold
+    one value in every step of every run (`actor/kl` without a KL term, say), unless that
+    leaves none; given `keys` are drawn as asked. Returns the keys drawn. Raises ValueError
+    when none of the keys is in any run.
     """
     import matplotlib
 
@@ -36,9 +43,16 @@ def plot_runs(
     import matplotlib.pyplot as plt
 
     runs = {Path(r): read_metrics(Path(r)) for r in run_dirs}
-    drawn = [k for k in keys if any(k in rec for recs in runs.values() for rec in recs)]
+    asked = list(DEFAULT_KEYS if keys is None else keys)
+    values = {
+        k: {r[k] for recs in runs.values() for r in recs if isinstance(r.get(k), int | float)}
+        for k in asked
+    }
+    drawn = [k for k in asked if values[k]]
     if not drawn:
-        raise ValueError(f"none of the metrics {list(keys)} appear in {[str(r) for r in runs]}")
+        raise ValueError(f"none of the metrics {asked} appear in {[str(r) for r in runs]}")
+    if keys is None:
+        drawn = [k for k in drawn if len(values[k]) > 1] or drawn
     cols = min(3, len(drawn))
     rows = math.ceil(len(drawn) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)

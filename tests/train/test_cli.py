@@ -251,3 +251,32 @@ def test_plot_draws_sft_metrics(tmp_path) -> None:
     drawn = plot_runs([run], tmp_path / "sft.png")
     assert drawn == ["sft/nll", "sft/token_accuracy"]
     assert (tmp_path / "sft.png").stat().st_size > 1000
+
+
+def test_plot_leaves_out_flat_curves_and_draws_what_is_asked(tmp_path) -> None:
+    """By default a metric that never changes (a KL-free run's `actor/kl`) gets no panel and
+    a search run's greedy success gets one; `--metric` draws exactly the keys named."""
+    import json
+
+    run = tmp_path / "search-run"
+    run.mkdir()
+    rows = [
+        {"step": i, "actor/kl": 0.0, "search/greedy_solved_frac": 0.8 + 0.01 * i, "time/step": 9.0}
+        for i in range(1, 5)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "c.png"
+    result = runner.invoke(app, ["plot", str(run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out} (search/greedy_solved_frac)" in " ".join(result.output.split())
+    result = runner.invoke(
+        app, ["plot", str(run), "--out", str(out), "-m", "actor/kl", "-m", "time/step"]
+    )
+    assert result.exit_code == 0 and "(actor/kl, time/step)" in result.output
+    flat = tmp_path / "flat-run"
+    flat.mkdir()
+    (flat / "metrics.jsonl").write_text(json.dumps({"step": 1, "actor/kl": 0.0}) + "\n")
+    result = runner.invoke(app, ["plot", str(flat), "--out", str(out)])
+    assert result.exit_code == 0 and "(actor/kl)" in result.output  # all flat: drawn anyway
+    result = runner.invoke(app, ["plot", str(run), "--out", str(out), "-m", "nope"])
+    assert result.exit_code == 2 and "nope" in result.output
