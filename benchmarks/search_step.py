@@ -6,7 +6,7 @@ copying an env mid-episode on the same rooms, and checks that both find the same
 with the same scores. Prints the wall time of each round and the median ratio.
 
     .venv/bin/python benchmarks/search_step.py \\
-        --model results/sokoban-rl/warm-start-spread/4cycles-s0/model --rounds 3
+        --model results/sokoban-rl/warm_start --rounds 3
 
 On 2 threads (2026-12-05, the 88.4% warm start, 1,024 rooms a round, two runs of 2 and 3
 rounds): deepcopy 13.0-16.4 s a step, clone 11.2-15.5 s; the median ratio was 1.06x and
@@ -71,7 +71,7 @@ def compare(model_dir: str, rooms: int, rounds: int) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="results/sokoban-rl/warm-start-spread/4cycles-s0/model")
+    parser.add_argument("--model", default="results/sokoban-rl/warm_start")
     parser.add_argument("--rooms", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)

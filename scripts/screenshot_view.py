@@ -1,6 +1,6 @@
 """Screenshot one episode's `agentrl view --html` page in headless Chromium (the docs' picture).
 
-    .venv/bin/agentrl rollout --env sokoban --model results/sokoban-default/runs/warm_start \\
+    .venv/bin/agentrl rollout --env sokoban --model results/sokoban-rl/warm_start \\
         --out /tmp/shot --episodes 24 --seed 100 --max-new-tokens 16 --temperature 0.3
     .venv/bin/python scripts/screenshot_view.py /tmp/shot/trajectories/step_000000.jsonl \\
         --episode 3 --out docs/view_episode.png

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MODEL = (
-    Path(__file__).resolve().parents[3] / "results/sokoban-rl/warm-start-spread/4cycles-s0/model"
-)
+MODEL = Path(__file__).resolve().parents[3] / "results/sokoban-rl/warm_start"
 
 
 def test_clone_and_deepcopy_search_alike(load_benchmark) -> None:
