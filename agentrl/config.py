@@ -11,68 +11,45 @@ Unknown keys and bad values are errors that name the field, the value and the fi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from agentrl.algos.config import AlgoConfig
 from agentrl.rollout.config import EngineConfig, RolloutConfig
+from agentrl.runtime import config as _runtime
+from agentrl.runtime.config import (
+    ConfigError,
+    EnvConfig,
+    LoggingConfig,
+    ModelConfig,
+    OptimConfig,
+    _deep_merge,
+    _parse_value,
+    dump_config,
+)
+from agentrl.runtime.model_settings import ModelSettings
 from agentrl.train.config import (
     CheckpointConfig,
     EvalConfig,
-    LoggingConfig,
-    OptimConfig,
     TrainerConfig,
     WarmStartConfig,
 )
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", use_attribute_docstrings=True, validate_assignment=True
-    )
-
-
-class EnvConfig(_Section):
-    name: str = "sokoban"
-    """Registered env name, or `module.path:Class`."""
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Keyword arguments passed to the env constructor (override its registered defaults).
-
-    Any other key under `env` is one of these too: `--set env.generator=arithmetic` is
-    `--set env.kwargs.generator=arithmetic`. A keyword the env does not take fails when the
-    env is built (`agentrl train` builds one before loading the model), naming it and the env.
-    """
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fold_env_kwargs(cls, data: Any) -> Any:
-        """Move keys other than `name` and `kwargs` into `kwargs` (they beat `kwargs` there)."""
-        if not isinstance(data, dict):
-            return data
-        extra = {k: v for k, v in data.items() if k not in cls.model_fields}
-        if not extra:
-            return data
-        kwargs = data.get("kwargs") or {}
-        if not isinstance(kwargs, dict):
-            return data  # let validation report the bad `kwargs`
-        rest = {k: v for k, v in data.items() if k in cls.model_fields}
-        return {**rest, "kwargs": {**kwargs, **extra}}
+__all__ = [
+    "ConfigError",
+    "EnvConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "_deep_merge",
+    "_parse_value",
+    "config_keys",
+    "dump_config",
+    "load_config",
+]
 
 
-class ModelConfig(_Section):
-    name: str = "smollm2-135m"
-    """Hugging Face id, local path, or a built-in alias (`tiny`, `smollm2-135m`)."""
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Weights dtype; `auto` is float32 on CPU and bfloat16 on GPU."""
-
-
-class ConfigError(ValueError):
-    """A config file or override is invalid; the message names the field, value and file."""
-
-
-class TrainConfig(_Section):
+class TrainConfig(_runtime._Section):
     """Everything one `agentrl train` run needs."""
 
     env: EnvConfig = Field(default_factory=EnvConfig)
@@ -116,36 +93,17 @@ class TrainConfig(_Section):
             )
         return self
 
-
-def _parse_value(text: str) -> Any:
-    """Parse an override value as YAML (`0.28`, `true`, `[1, 2]`), else keep the string."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for key in keys[:-1]:
-        child = node.setdefault(key, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {dotted}: {key!r} is a value, not a section")
-        node = child
-    node[keys[-1]] = value
-
-
-def _format_errors(err: ValidationError, tree: dict[str, Any], origin: str) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        value = e.get("input")
-        if e["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key (value {value!r})")
-        else:
-            lines.append(f"  {loc} = {value!r}: {e['msg']}")
-    return f"invalid config ({origin}):\n" + "\n".join(lines)
+    def model_settings(self) -> ModelSettings:
+        """How the run's models play the env: what `agentrl eval --model` reproduces."""
+        return ModelSettings(
+            env=self.env,
+            max_turns=self.rollout.max_turns,
+            history_turns=self.rollout.history_turns,
+            max_context_tokens=self.rollout.max_context_tokens,
+            max_new_tokens=self.rollout.sampling.max_new_tokens,
+            eval_temperature=self.eval.temperature,
+            eval_seed_offset=self.eval.seed_offset,
+        )
 
 
 def load_config(
@@ -155,48 +113,9 @@ def load_config(
     base: dict[str, Any] | None = None,
     model: type[BaseModel] = TrainConfig,
 ) -> Any:
-    """Build a config from `base`, then a YAML file, then `key.path=value` overrides."""
-    tree: dict[str, Any] = {}
-    origins = []
-    for source in (base or {},):
-        tree = _deep_merge(tree, source)
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from e
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: top level must be a mapping of sections")
-        tree = _deep_merge(tree, loaded)
-        origins.append(str(path))
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected key.path=value")
-        _set_dotted(tree, key.strip(), _parse_value(value))
-        origins.append(f"--set {item}")
-    try:
-        return model.model_validate(tree)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(e, tree, ", ".join(origins) or "defaults")) from None
-
-
-def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for key, value in b.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def dump_config(cfg: BaseModel) -> str:
-    """The resolved config as YAML."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """Build a config (a `TrainConfig` unless `model` says otherwise) from `base`, then a YAML
+    file, then `key.path=value` overrides (`agentrl.runtime.config.load_config`)."""
+    return _runtime.load_config(path, overrides, base=base, model=model)
 
 
 def config_keys(model: type[BaseModel] = TrainConfig, prefix: str = "") -> list[str]:
@@ -205,11 +124,4 @@ def config_keys(model: type[BaseModel] = TrainConfig, prefix: str = "") -> list[
     >>> "trainer.lora.r" in config_keys()
     True
     """
-    keys = []
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            keys += config_keys(annotation, f"{prefix}{name}.")
-        else:
-            keys.append(f"{prefix}{name}")
-    return keys
+    return _runtime.config_keys(model, prefix)

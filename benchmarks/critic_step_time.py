@@ -33,9 +33,9 @@ def main() -> None:
 
     from agentrl.envs import make
     from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+    from agentrl.runtime.batch import micro_batches, to_batch
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.expert import solver_expert
-    from agentrl.train.batch import micro_batches, to_batch
     from agentrl.train.critic import build_critic, token_values, value_head
     from agentrl.train.trainer import trained_positions
 

@@ -57,9 +57,9 @@ def run_phase(run_dir: Path, episodes: int, steps: int, sft_steps: int) -> dict[
     """The default run in this process, as `agentrl train --env sokoban` runs it: the warm
     start on `episodes` expert episodes (stopped after `sft_steps` steps if > 0, with no RL
     then), then `steps` RL steps, evaluating and checkpointing at the last one."""
+    from agentrl.cli.run import run_training
+    from agentrl.cli.warm_start import WARM_START_DIR, sft_config, warm_start
     from agentrl.sft.train import run_sft
-    from agentrl.train.run import run_training
-    from agentrl.train.warm_start import WARM_START_DIR, sft_config, warm_start
 
     cfg = _config(
         [

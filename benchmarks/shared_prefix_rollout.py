@@ -68,9 +68,9 @@ def main() -> None:
 
     import torch
 
+    from agentrl.rollout.engines import SeededEngine
     from agentrl.rollout.hf_engine import HFEngine
     from agentrl.rollout.models import load_model, load_tokenizer
-    from agentrl.train.engines import SeededEngine
 
     torch.set_num_threads(args.threads)
     tokenizer = load_tokenizer(args.model)

@@ -49,9 +49,9 @@ def main() -> None:
     from agentrl.rollout._cli import build_engine
     from agentrl.rollout.config import RolloutConfig
     from agentrl.rollout.engine import SamplingParams
+    from agentrl.rollout.engines import SeededEngine
     from agentrl.rollout.loop import rollout
     from agentrl.rollout.models import load_tokenizer, resolve_model
-    from agentrl.train.engines import SeededEngine
     from agentrl.trajectory.bridge import ChatBridge
 
     model = str(resolve_model(args.model))

@@ -56,9 +56,9 @@ def test_saving_a_model_does_not_import_deepspeed(tmp_path: Path) -> None:
         "import sys\n"
         "from agentrl.config import TrainConfig\n"
         "from agentrl.rollout.models import load_model, resolve_model\n"
-        "from agentrl.train.backend import make_backend\n"
+        "from agentrl.train.backends import backend_for_run\n"
         "model = load_model(str(resolve_model('tiny')), dtype='float32')\n"
-        "backend = make_backend(TrainConfig(), model, lr=1e-3, num_optimizer_steps=1)\n"
+        "backend = backend_for_run(TrainConfig(), model, lr=1e-3, num_optimizer_steps=1)\n"
         f"backend.save({str(tmp_path)!r})\n"
         "print('deepspeed' in sys.modules)\n"
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from agentrl.train.checkpoint import _fsync_dir, rng_state, set_rng_state
+from agentrl.runtime.checkpoint import fsync_dir, rng_state, set_rng_state
 
 CHECKPOINT_DIR = "sft_checkpoint"
 STATE_FILE = "sft_state.json"
@@ -52,7 +52,7 @@ def save_sft_checkpoint(
     backend.save(tmp)
     torch.save(rng_state(epoch_generator), tmp / "rng.pt")
     (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         os.rename(final, old)  # a kill between the renames leaves .old, which load reads

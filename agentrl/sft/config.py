@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentrl.config import EnvConfig
-from agentrl.train.config import OptimConfig
+from agentrl.runtime.config import EnvConfig, OptimConfig
+from agentrl.runtime.model_settings import ModelSettings
 
 _SFT_OPTIM_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3,
@@ -82,3 +82,14 @@ class SFTConfig(BaseModel):
         if isinstance(value, dict):
             return {**_SFT_OPTIM_DEFAULTS, **value}
         return value
+
+    def model_settings(self) -> ModelSettings:
+        """How the fine-tuned model plays its env: what `agentrl eval --model` reproduces."""
+        return ModelSettings(
+            env=self.env,
+            history_turns=self.history_turns,
+            max_context_tokens=self.max_context_tokens,
+            max_new_tokens=self.eval_max_new_tokens,
+            eval_temperature=self.eval_temperature,
+            eval_seed_offset=self.eval_seed_offset,
+        )

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.train.batch import TrainBatch
+from agentrl.runtime.batch import TrainBatch
 from agentrl.trajectory.types import Status, Trajectory
 
 
@@ -170,7 +170,7 @@ class TokenRows:
         self, num_mini_batches: int, generator: torch.Generator, *, skip: int = 0
     ) -> Iterator[TrainBatch]:
         """Shuffle the rows with `generator` and yield `num_mini_batches` near-equal parts,
-        one at a time (the order `agentrl.train.batch.mini_batches` gives); the first `skip`
+        one at a time (the order `agentrl.runtime.batch.mini_batches` gives); the first `skip`
         parts are drawn but not built (a resumed epoch)."""
         num = max(1, min(num_mini_batches, self.num_rows))
         order = torch.randperm(self.num_rows, generator=generator)

@@ -5,7 +5,7 @@
         nll = masked_nll(backend.model, mini)                 # summed over loss_mask tokens
         backend.backward(nll / num_tokens); backend.step()
 
-The backend, optimizer and LR schedule are the RL trainer's (`agentrl.train.backend`), so a
+The backend, optimizer and LR schedule are the RL trainer's (`agentrl.runtime.backend`), so a
 fine-tuned model trains and loads exactly like an RL checkpoint. The output folder is a
 Hugging Face model folder (`agentrl train --model OUT`, `agentrl eval --model OUT`) that also
 holds the expert trajectories (`expert_trajectories.parquet`), `metrics.jsonl` (for `agentrl
@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from agentrl.runtime.batch import TrainBatch, micro_batches
+from agentrl.runtime.model_settings import write_model_settings
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.dataset import TokenRows
-from agentrl.train.batch import TrainBatch, micro_batches
-from agentrl.train.model_settings import write_model_settings
 from agentrl.trajectory.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -72,10 +72,10 @@ def masked_nll(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor,
     (`logits_to_keep`): most of a multi-turn episode is prompt and observations, and the
     vocabulary projection over every position would be most of the memory and much of the time.
     The prefix all rows share (the system prompt of per-turn samples) is computed once
-    (`agentrl.train.prefix`).
+    (`agentrl.runtime.prefix`).
     """
     from agentrl.algos.losses import token_logprobs_from_logits
-    from agentrl.train.prefix import shared_prefix_logits
+    from agentrl.runtime.prefix import shared_prefix_logits
 
     mask = batch.loss_mask[:, 1:]  # [B, T-1]: position t predicts id t+1
     keep = mask.any(dim=0).nonzero().squeeze(-1)  # [K] positions that predict a loss id
@@ -104,18 +104,11 @@ def dataset_nll(model: torch.nn.Module, batch: TrainBatch, max_tokens: int) -> t
 
 
 def _backend(cfg: SFTConfig, model: torch.nn.Module, num_optimizer_steps: int) -> Any:
-    """The RL trainer's local backend (AdamW, schedule, clipping) around `model`."""
-    from agentrl.config import TrainConfig
-    from agentrl.train.backend import make_backend
-    from agentrl.train.config import TrainerConfig
+    """The local backend (AdamW, schedule, clipping) around `model`."""
+    from agentrl.runtime.backend import make_backend
 
-    train_cfg = TrainConfig(
-        optim=cfg.optim,
-        trainer=TrainerConfig(micro_batch_tokens=cfg.micro_batch_tokens, device="auto"),
-        seed=cfg.seed,
-    )
     return make_backend(
-        train_cfg, model, lr=cfg.optim.lr, num_optimizer_steps=max(1, num_optimizer_steps)
+        model, optim=cfg.optim, lr=cfg.optim.lr, num_optimizer_steps=max(1, num_optimizer_steps)
     )
 
 
@@ -216,8 +209,9 @@ def run_sft(
     episodes are played (or read back), `on_step(step, total, metrics)` after each optimizer
     step (progress display).
     """
-    from agentrl.config import dump_config
     from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+    from agentrl.runtime.config import LoggingConfig, dump_config
+    from agentrl.runtime.metrics import MetricsLogger
     from agentrl.sft.checkpoint import (
         SFTState,
         check_sft_checkpoint,
@@ -227,8 +221,6 @@ def run_sft(
         save_sft_checkpoint,
     )
     from agentrl.sft.expert import get_expert
-    from agentrl.train.config import LoggingConfig
-    from agentrl.train.metrics import MetricsLogger
 
     start = time.perf_counter()
     get_expert(cfg.expert)  # fail before anything is written
@@ -365,17 +357,17 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Validation success of `model` (HF engine, in-process) on the fixed validation seeds,
     the protocol of `agentrl eval`: one episode per seed, sampled at `temperature`."""
-    from agentrl.config import TrainConfig
     from agentrl.envs import make
-    from agentrl.rollout.config import RolloutConfig, SamplingConfig
+    from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
+    from agentrl.rollout.engines import SeededEngine
+    from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.models import load_tokenizer, resolve_model
-    from agentrl.train.engines import SeededEngine, build_engine
-    from agentrl.train.evaluate import evaluate
+    from agentrl.rollout.ray_engine import engine_from_config
 
     model_path = resolve_model(model)
     tokenizer = load_tokenizer(str(model_path))
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    engine = SeededEngine(build_engine(TrainConfig(), model_path))
+    engine = SeededEngine(engine_from_config(str(model_path), EngineConfig(), dtype="auto"))
     try:
         return evaluate(
             engine,

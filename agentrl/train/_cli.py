@@ -105,7 +105,7 @@ def _join_ranks(cfg: Any) -> int | None:
         return None
     if cfg.trainer.backend == "local":
         _fail("torchrun with --backend local: use --backend fsdp2 or deepspeed for several ranks")
-    from agentrl.train._dist import init_process_group, pick_device
+    from agentrl.runtime._dist import init_process_group, pick_device
 
     rank, _ = init_process_group(pick_device(cfg.trainer.device))
     return rank
@@ -208,7 +208,7 @@ def train(
     rank = _join_ranks(cfg)
     run_dir = run_dir or _default_run_dir(cfg)
     if rank is not None:  # torchrun: every rank uses rank 0's run directory
-        from agentrl.train._ranks import broadcast_object
+        from agentrl.runtime._ranks import broadcast_object
 
         run_dir = broadcast_object(run_dir)
     if resume is None and (run_dir / "checkpoints").is_dir():
@@ -216,9 +216,9 @@ def train(
     if not rank:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
+    from agentrl.cli.run import run_training
     from agentrl.rollout.models import ModelNotFoundError
-    from agentrl.train._dist import exit_rank, leave_process_group
-    from agentrl.train.run import run_training
+    from agentrl.runtime._dist import exit_rank, leave_process_group
 
     ok = False
     try:
@@ -251,14 +251,11 @@ def export(
     which `agentrl eval` reads)."""
     import shutil
 
+    from agentrl.cli.model_folders import describe_model_folder, read_model_settings
     from agentrl.config import ConfigError
+    from agentrl.runtime.lora import is_adapter_dir, merge_adapter_dir
+    from agentrl.runtime.model_settings import write_model_settings
     from agentrl.train.checkpoint import model_dir
-    from agentrl.train.lora import is_adapter_dir, merge_adapter_dir
-    from agentrl.train.model_settings import (
-        describe_model_folder,
-        read_model_settings,
-        write_model_settings,
-    )
 
     adapter = is_adapter_dir(run)
     try:

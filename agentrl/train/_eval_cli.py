@@ -1,7 +1,7 @@
 """`agentrl eval`: success rate (± standard error) of a model on fixed validation seeds.
 
 A model folder agentrl wrote carries the settings it was trained with (`agentrl_settings.yaml`,
-see `agentrl.train.model_settings`); eval plays the env with them, flags override them, and
+see `agentrl.runtime.model_settings`); eval plays the env with them, flags override them, and
 the first line of output says which settings were used and where they came from.
 """
 
@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl.runtime.model_settings import ModelSettings
 from agentrl.train._cli import _fail
-from agentrl.train.model_settings import ModelSettings
 
 DEFAULT_ENV = "sokoban"
 """The env of `agentrl eval` when neither `--env` nor the model's settings name one."""
@@ -68,7 +68,7 @@ def result_lines(
 ) -> str:
     """The success rate ± standard error of one evaluation and, when there is one, its
     breakdown by optimal solution length."""
-    from agentrl.train.evaluate import SHORT_SOLUTION_MAX
+    from agentrl.rollout.evaluate import SHORT_SOLUTION_MAX
 
     n = int(result["num_episodes"])
     text = (
@@ -144,15 +144,15 @@ def eval_cmd(
     import contextlib
     import functools
 
+    from agentrl.cli.model_folders import describe_model_folder, read_model_settings
     from agentrl.config import ConfigError, TrainConfig, _parse_value
     from agentrl.envs import make
     from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
+    from agentrl.rollout.engines import SeededEngine, build_engine
+    from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.models import load_tokenizer
+    from agentrl.runtime.lora import is_adapter_dir, loadable_model
     from agentrl.train.checkpoint import model_dir
-    from agentrl.train.engines import SeededEngine, build_engine
-    from agentrl.train.evaluate import evaluate
-    from agentrl.train.lora import is_adapter_dir, loadable_model
-    from agentrl.train.model_settings import describe_model_folder, read_model_settings
 
     saved = None
     if Path(model).exists():

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.envs.base import Observation, TokenEnv
+from agentrl.runtime.batch import turn_prompts, turn_state_ids
 from agentrl.sft.data import expert_ids
-from agentrl.train.batch import turn_prompts, turn_state_ids
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 

@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from agentrl.train.lora import ADAPTER_DIR
-from agentrl.train.model_settings import write_run_settings
+from agentrl.config import load_config
+from agentrl.runtime.checkpoint import fsync_dir, rng_state, set_rng_state
+from agentrl.runtime.lora import ADAPTER_DIR
+from agentrl.runtime.model_settings import write_model_settings
 
 CHECKPOINT_DIR = "checkpoints"
+WARM_START_DIR = "warm_start"
+"""Where a run keeps its warm-start model (`agentrl train` with `warm_start.expert`)."""
 _NAME = re.compile(r"^step-(\d+)$")
+_STEP = re.compile(r"^step-\d+$")
 
 
 @dataclass
@@ -66,31 +69,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
-    """Python, numpy and torch RNG states (and `generator`'s)."""
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if generator is not None:
-        state["generator"] = generator.get_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
-    """Restore what `rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if generator is not None and "generator" in state:
-        generator.set_state(state["generator"])
-
-
 def save_checkpoint(
     run_dir: Path,
     state: TrainerState,
@@ -129,7 +107,7 @@ def save_checkpoint(
         write_run_settings(run_dir, tmp / "policy" / ADAPTER_DIR)
     torch.save(rng_state(generator), tmp / "rng.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(asdict(state), indent=2))
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -171,12 +149,33 @@ def model_dir(path: Path) -> Path:
     raise FileNotFoundError(f"{path} is neither a run, a checkpoint nor a model folder")
 
 
-def _fsync_dir(path: Path) -> None:
-    """Flush every file under `path` to disk before the rename makes it visible."""
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+def write_run_settings(run_dir: str | Path, folder: str | Path) -> Path | None:
+    """Write the settings of the run in `run_dir` (its `config.yaml`) into the model folder
+    `folder` (a checkpoint's `policy/model`); None when `run_dir` holds no run config (a
+    `Trainer` driven without `agentrl train`)."""
+    run_file = run_config_file(Path(run_dir))
+    if run_file is None:
+        return None
+    return write_model_settings(folder, load_config(run_file))
+
+
+def run_config_file(folder: Path) -> Path | None:
+    """The `config.yaml` of the run directory `folder` is or sits in, else None."""
+    folder = folder.resolve()
+    candidates = [folder]
+    if folder.name == WARM_START_DIR:
+        candidates.append(folder.parent)
+    if _STEP.match(folder.name) and folder.parent.name == "checkpoints":
+        candidates.append(folder.parents[1])
+    in_policy = folder.parts[-2:] in (("policy", "model"), ("policy", "adapter"))
+    if in_policy and _STEP.match(folder.parents[1].name):
+        candidates.append(folder.parents[3])
+    for run in candidates:
+        if (run / "config.yaml").is_file() and is_run_dir(run):
+            return run / "config.yaml"
+    return None
+
+
+def is_run_dir(folder: Path) -> bool:
+    """Whether `folder` looks like an `agentrl train` run directory (not any `config.yaml`)."""
+    return any((folder / name).exists() for name in (CHECKPOINT_DIR, "metrics.jsonl", WARM_START_DIR))

@@ -1,6 +1,7 @@
-"""Config sections of the trainer: optimizer, loop, backend, checkpoints, evaluation, logging.
+"""Config sections of the RL trainer: loop, backend, checkpoints, evaluation, warm start.
 
-Each is one pydantic model nested into `agentrl.config.TrainConfig`.
+Each is one pydantic model nested into `agentrl.config.TrainConfig`; the sections `agentrl sft`
+shares (optimizer, LoRA, logging) live in `agentrl.runtime.config` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -9,59 +10,24 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrl.runtime.config import CollapseConfig, LoggingConfig, LoraConfig, OptimConfig
+
+__all__ = [
+    "CheckpointConfig",
+    "CollapseConfig",
+    "EvalConfig",
+    "LoggingConfig",
+    "LoraConfig",
+    "OptimConfig",
+    "TrainerConfig",
+    "WarmStartConfig",
+]
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", use_attribute_docstrings=True, validate_assignment=True
     )
-
-
-class OptimConfig(_Section):
-    """AdamW and its learning-rate schedule (policy and critic)."""
-
-    lr: float = Field(default=1e-5, gt=0)
-    """Policy learning rate after warmup."""
-    critic_lr: float = Field(default=1e-4, gt=0)
-    """Critic (value model) learning rate after warmup."""
-    weight_decay: float = Field(default=0.0, ge=0)
-    """AdamW decoupled weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW beta1, beta2."""
-    eps: float = Field(default=1e-8, gt=0)
-    """AdamW epsilon."""
-    max_grad_norm: float = Field(default=1.0, gt=0)
-    """Gradients are clipped to this global L2 norm before each optimizer step."""
-    warmup_steps: int = Field(default=0, ge=0)
-    """Optimizer steps of linear warmup from 0 to `lr`."""
-    schedule: Literal["constant", "linear", "cosine"] = "constant"
-    """LR after warmup: constant, linear decay or cosine decay to `min_lr_ratio * lr`."""
-    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
-    """Final LR as a fraction of `lr` for the linear and cosine schedules."""
-    cycles: int = Field(default=1, gt=0)
-    """Linear or cosine decay in this many equal cycles, each restarting from its peak (warm
-    restarts, SGDR)."""
-    cycle_decay: float = Field(default=1.0, gt=0, le=1)
-    """Each cycle's peak LR is this times the previous cycle's."""
-
-
-class LoraConfig(_Section):
-    """Low-rank adapters through `peft` (installed separately: `pip install agentrl[peft]`),
-    on every backend. The engines get the merged weights; checkpoints keep the adapter alone
-    under `policy/adapter` (peft format), which `agentrl eval --model` and `agentrl export`
-    load over the base model."""
-
-    enabled: bool = False
-    """Train LoRA adapters on the policy instead of all its weights (a critic trains fully)."""
-    r: int = Field(default=16, gt=0)
-    """Adapter rank."""
-    alpha: int = Field(default=32, gt=0)
-    """LoRA scaling numerator (scale = alpha / r)."""
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    """Dropout on the adapter input."""
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
-    """Names of the `nn.Linear` modules that get adapters."""
 
 
 class TrainerConfig(_Section):
@@ -202,45 +168,3 @@ class WarmStartConfig(_Section):
     checkpoint_every_s: float | None = Field(default=120.0, ge=0)
     """Seconds of warm-start training between checkpoints, from which `agentrl train --resume`
     continues it (`SFTConfig.checkpoint_every_s`); 0: after every step, None: never."""
-
-
-class CollapseConfig(_Section):
-    """Early warning of the "Echo Trap": in-group reward std and entropy fall, then the grad
-    norm spikes. Each signal compares the latest step with the mean of the earlier window."""
-
-    enabled: bool = True
-    """Emit the `collapse_warning` metric and a warning line."""
-    window: int = Field(default=5, gt=1)
-    """Steps of history the latest step is compared with."""
-    reward_std_drop: float = Field(default=0.5, gt=0, le=1)
-    """Signal when the in-group reward std falls below this fraction of the window mean."""
-    entropy_drop: float = Field(default=0.5, gt=0, le=1)
-    """Signal when the entropy falls below this fraction of the window mean."""
-    grad_norm_spike: float = Field(default=3.0, gt=1)
-    """Signal when the grad norm exceeds this multiple of the window mean."""
-    min_signals: int = Field(default=2, ge=1, le=3)
-    """Signals that must fire together to raise the warning."""
-    max_parse_failure: float = Field(default=0.5, gt=0, le=1)
-    """Warn on every step where at least this fraction of the turns' answers did not parse: the
-    policy has fallen out of the answer format (on its own, whatever `min_signals` says)."""
-    dead_steps: int = Field(default=10, ge=1)
-    """Warn on every step once this many steps in a row had no reward difference inside any
-    group (on its own): a group-relative estimator then has nothing to learn from, and a run
-    whose every answer fails stays where it is, where the relative signals above stop firing."""
-
-
-class LoggingConfig(_Section):
-    """Where metrics and trajectories go."""
-
-    tensorboard: bool = True
-    """Write TensorBoard events under `<run>/tensorboard`."""
-    wandb: bool = False
-    """Also log to Weights & Biases (needs `wandb` installed and logged in)."""
-    wandb_project: str = "agentrl"
-    """W&B project name."""
-    save_trajectories: int = Field(default=4, ge=0)
-    """Trajectories per step written under `<run>/trajectories`; 0 disables."""
-    progress: bool = True
-    """Show a rich progress bar."""
-    collapse: CollapseConfig = Field(default_factory=CollapseConfig)
-    """Collapse early-warning thresholds."""

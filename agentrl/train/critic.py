@@ -45,12 +45,12 @@ def token_values(
 
     With `first_position` (the first column whose value is used, e.g. the first trained
     token; for the plain, unwrapped critic), the prefix every row shares up to it is run once
-    (`agentrl.train.prefix`) and the values before it are 0.
+    (`agentrl.runtime.prefix`) and the values before it are 0.
     """
     if first_position is None or first_position < 1:
         out = critic(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
         return torch.nn.functional.pad(out[:, :-1], (1, 0))
-    from agentrl.train.prefix import shared_prefix_hidden
+    from agentrl.runtime.prefix import shared_prefix_hidden
 
     backbone = getattr(critic, critic.base_model_prefix)
     hidden, offset = shared_prefix_hidden(backbone, input_ids, attention_mask, first_position - 1)

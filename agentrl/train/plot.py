@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentrl.train.metrics import read_metrics
+from agentrl.runtime.metrics import read_metrics
 
 DEFAULT_KEYS = (
     "reward/mean",

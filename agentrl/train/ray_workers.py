@@ -54,7 +54,7 @@ class TrainerRank:
     ) -> str:
         """Join the process group and wrap the model in `cfg.trainer.backend`; collective."""
         from agentrl.rollout.models import load_model
-        from agentrl.train.backend import make_backend
+        from agentrl.train.backends import backend_for_run
 
         os.environ.update(
             RANK=str(self.rank),
@@ -66,7 +66,7 @@ class TrainerRank:
         )
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         model = load_model(model_name, dtype="float32", device="cpu").train()
-        self.backend = make_backend(cfg, model, lr=lr, num_optimizer_steps=num_optimizer_steps)
+        self.backend = backend_for_run(cfg, model, lr=lr, num_optimizer_steps=num_optimizer_steps)
         return type(self.backend).__name__
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -38,23 +38,32 @@ from agentrl.algos.losses import (
 )
 from agentrl.config import TrainConfig
 from agentrl.rollout.engine import SamplingParams
+from agentrl.rollout.engines import GreedyCache, SeededEngine, build_engine
 from agentrl.rollout.loop import RolloutResult, rollout
-from agentrl.train import branch
-from agentrl.train._ranks import (
+from agentrl.runtime._ranks import (
     barrier,
     broadcast_object,
     gather_objects,
     max_over_ranks,
     shard_rows,
 )
-from agentrl.train.backend import make_backend, resolve_device
-from agentrl.train.batch import (
+from agentrl.runtime.backend import resolve_device
+from agentrl.runtime.batch import (
     TrainBatch,
     concat_batches,
     micro_batches,
     mini_batches,
     to_batch,
 )
+from agentrl.runtime.metrics import (
+    ABSOLUTE_SIGNALS,
+    CollapseDetector,
+    MetricsLogger,
+    trajectory_stats,
+)
+from agentrl.runtime.prefix import shared_prefix_logits
+from agentrl.train import branch
+from agentrl.train.backends import backend_for_run as make_backend
 from agentrl.train.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -62,14 +71,6 @@ from agentrl.train.checkpoint import (
     save_checkpoint,
 )
 from agentrl.train.critic import build_critic, fit_value_head, token_values
-from agentrl.train.engines import GreedyCache, SeededEngine, build_engine
-from agentrl.train.metrics import (
-    ABSOLUTE_SIGNALS,
-    CollapseDetector,
-    MetricsLogger,
-    trajectory_stats,
-)
-from agentrl.train.prefix import shared_prefix_logits
 from agentrl.train.search import SEARCH_KEY, is_search, sample_labels
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
@@ -112,7 +113,7 @@ def token_logprobs(
     tokens are computed (the model's `logits_to_keep`), and `logp` is 0 elsewhere; without,
     every position 1..T-1 is scored (`K = T - 1`). `share_prefix` (with `positions`, for a
     model that is not wrapped by a distributed backend) computes the prefix all rows share once
-    (`agentrl.train.prefix`).
+    (`agentrl.runtime.prefix`).
     """
     if positions is None:
         positions = torch.arange(1, batch.input_ids.shape[1], device=batch.input_ids.device)
@@ -1009,7 +1010,7 @@ class Trainer:
     # -- evaluation, checkpoints, metrics -----------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         """Success rate and reward on the fixed validation seeds at `eval.temperature`."""
-        from agentrl.train.evaluate import evaluate
+        from agentrl.rollout.evaluate import evaluate
 
         result = evaluate(
             self.engine,

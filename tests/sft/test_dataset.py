@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from agentrl.runtime.batch import to_batch
 from agentrl.sft.dataset import TokenRows
-from agentrl.train.batch import to_batch
 from agentrl.trajectory.types import Sample, Status, Trajectory
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.runtime.metrics import read_metrics
 from agentrl.sft.checkpoint import CHECKPOINT_DIR, STATE_FILE
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.train import RESULT_FILE, TRAJECTORIES_FILE, run_sft
-from agentrl.train.metrics import read_metrics
 
 ARGS = ("--env", "sokoban", "--model", "tiny", "--episodes", "32", "--epochs", "2")
 SETS = ("batch_size=8", "history_turns=0", "max_actions_per_turn=1", "checkpoint_every_s=0")

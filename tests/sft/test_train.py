@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.rollout.models import load_model, resolve_model
+from agentrl.runtime.metrics import read_metrics
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.train import RESULT_FILE, TRAJECTORIES_FILE, run_sft
-from agentrl.train.metrics import read_metrics
 from agentrl.trajectory.io import read_trajectories
 
 

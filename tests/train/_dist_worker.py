@@ -84,7 +84,8 @@ def build(name: str, model, optim):
     `name` is local, fsdp2, zero2 or zero3; a `-lora` suffix trains LoRA adapters (r 4),
     initialised alike on every rank and in every backend."""
     from agentrl.config import TrainConfig
-    from agentrl.train.backend import Backend, make_backend
+    from agentrl.runtime.backend import Backend
+    from agentrl.train.backends import backend_for_run
     from agentrl.train.config import LoraConfig, TrainerConfig
 
     kind, _, lora = name.partition("-")
@@ -102,7 +103,7 @@ def build(name: str, model, optim):
     )
     cfg = TrainConfig(optim=optim, trainer=trainer)
     torch.manual_seed(1)  # the LoRA init
-    out = make_backend(cfg, model, lr=LR, num_optimizer_steps=4)
+    out = backend_for_run(cfg, model, lr=LR, num_optimizer_steps=4)
     assert isinstance(out, Backend), type(out)
     return out
 
@@ -149,7 +150,7 @@ def run(name: str, ckpt: Path) -> dict:
 
     from transformers import AutoModelForCausalLM
 
-    from agentrl.train._dist import MODEL_DIR
+    from agentrl.runtime._dist import MODEL_DIR
 
     reloaded = AutoModelForCausalLM.from_pretrained(ckpt / MODEL_DIR, dtype=torch.float32)
     result.update(
@@ -185,7 +186,7 @@ def launch(backends: str, tmp: Path, *, timeout: float, variants: bool = True) -
     import os
     import subprocess
 
-    from agentrl.train._dist import free_port, torchrun_command
+    from agentrl.runtime._dist import free_port, torchrun_command
 
     out = tmp / "results.json"
     argv = ["--backend", backends, "--out", str(out), "--ckpt", str(tmp / "ckpt")]
@@ -217,11 +218,11 @@ def run_variants(name: str) -> dict:
         model = load_model("tiny", dtype="float32").train()
         ids, mask, adv = make_batch(model.config.vocab_size)
         if name == "fsdp2":
-            from agentrl.train.fsdp2 import FSDP2Backend
+            from agentrl.runtime.fsdp2 import FSDP2Backend
 
             backend = FSDP2Backend(model, optim=optim, lr=LR, num_optimizer_steps=4, **kwargs)
         else:
-            from agentrl.train.deepspeed_backend import DeepSpeedBackend
+            from agentrl.runtime.deepspeed_backend import DeepSpeedBackend
 
             stage = {"zero2": 2, "zero3": 3}[name]
             backend = DeepSpeedBackend(
@@ -255,7 +256,7 @@ def main() -> None:
             results[name]["variants"] = run_variants(name)
     if dist.get_rank() == 0:
         args.out.write_text(json.dumps(results, indent=2))
-    from agentrl.train._dist import exit_rank, leave_process_group
+    from agentrl.runtime._dist import exit_rank, leave_process_group
 
     leave_process_group()
     exit_rank(0)

@@ -14,10 +14,10 @@ from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import make
 from agentrl.rollout.models import load_tokenizer, resolve_model
+from agentrl.runtime.batch import to_batch, turn_state_ids
 from agentrl.sft.data import expert_episode, expert_ids
 from agentrl.sft.expert import get_expert
 from agentrl.train import branch
-from agentrl.train.batch import to_batch, turn_state_ids
 from agentrl.train.trainer import Trainer, token_logprobs
 from agentrl.trajectory.bridge import ChatBridge
 

@@ -11,7 +11,8 @@ from transformers import AutoModelForCausalLM
 
 from agentrl.config import TrainConfig
 from agentrl.rollout.models import load_model
-from agentrl.train.backend import Backend, make_backend
+from agentrl.runtime.backend import Backend
+from agentrl.train.backends import backend_for_run
 from agentrl.train.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -25,7 +26,7 @@ from agentrl.train.checkpoint import (
 def _backend() -> Backend:
     torch.manual_seed(0)
     cfg = TrainConfig()
-    return make_backend(cfg, load_model("tiny"), lr=1e-3, num_optimizer_steps=10)
+    return backend_for_run(cfg, load_model("tiny"), lr=1e-3, num_optimizer_steps=10)
 
 
 def _train_once(backend: Backend) -> float:
@@ -98,7 +99,7 @@ def test_checkpoint_model_loads_with_transformers(tmp_path) -> None:
 def test_lora_backend_trains_adapters_and_exports_merged_weights(tmp_path) -> None:
     cfg = TrainConfig.model_validate({"trainer": {"lora": {"enabled": True, "r": 4}}})
     torch.manual_seed(0)
-    backend = make_backend(cfg, load_model("tiny"), lr=1e-2, num_optimizer_steps=10)
+    backend = backend_for_run(cfg, load_model("tiny"), lr=1e-2, num_optimizer_steps=10)
     before = {k: v.clone() for k, v in backend.full_state_dict().items()}
     assert set(before) == set(load_model("tiny").state_dict())  # plain HF names for engines
     _train_once(backend)
@@ -109,7 +110,7 @@ def test_lora_backend_trains_adapters_and_exports_merged_weights(tmp_path) -> No
     merged = AutoModelForCausalLM.from_pretrained(model_dir(tmp_path))
     for k, v in after.items():
         assert torch.allclose(merged.state_dict()[k], v, atol=1e-6), k
-    restored = make_backend(cfg, load_model("tiny"), lr=1e-2, num_optimizer_steps=10)
+    restored = backend_for_run(cfg, load_model("tiny"), lr=1e-2, num_optimizer_steps=10)
     load_checkpoint(latest_checkpoint(tmp_path), policy=restored)
     for k, v in restored.full_state_dict().items():
         assert torch.equal(v, after[k]), k
@@ -120,6 +121,6 @@ def test_gradient_checkpointing_gives_the_same_gradients() -> None:
     for checkpointing in (False, True):
         cfg = TrainConfig.model_validate({"trainer": {"gradient_checkpointing": checkpointing}})
         torch.manual_seed(0)
-        backend = make_backend(cfg, load_model("tiny"), lr=1e-3, num_optimizer_steps=10)
+        backend = backend_for_run(cfg, load_model("tiny"), lr=1e-3, num_optimizer_steps=10)
         norms.append(_train_once(backend))
     assert norms[0] == pytest.approx(norms[1], rel=1e-5)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from test_fsdp2 import check_checkpoint_round_trip, check_matches_local, check_variants
 
+from agentrl.runtime.deepspeed_backend import deepspeed_config
 from agentrl.train.config import OptimConfig
-from agentrl.train.deepspeed_backend import deepspeed_config
 
 pytestmark = pytest.mark.distributed
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.train._dist import free_port
+from agentrl.runtime._dist import free_port
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

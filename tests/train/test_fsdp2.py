@@ -19,7 +19,7 @@ from _dist_worker import launch
 from torch import nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from agentrl.train._dist import decoder_layers, load_hf_weights, save_hf, tied_pairs
+from agentrl.runtime._dist import decoder_layers, load_hf_weights, save_hf, tied_pairs
 
 GRAD_TOL = 1e-6
 NORM_RTOL = 1e-4
@@ -146,7 +146,7 @@ def test_leave_process_group_destroys_the_group() -> None:
     """`agentrl train` leaves the group it joined, so no backend thread outlives the run."""
     code = (
         "import torch, torch.distributed as dist\n"
-        "from agentrl.train._dist import init_process_group, leave_process_group\n"
+        "from agentrl.runtime._dist import init_process_group, leave_process_group\n"
         "leave_process_group()\n"  # no group: nothing to do
         "assert init_process_group(torch.device('cpu')) == (0, 1)\n"
         "leave_process_group()\n"

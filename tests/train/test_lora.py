@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.rollout.engine import GenerationRequest, SamplingParams, generate_sync
+from agentrl.runtime.lora import adapter_base, is_adapter_dir, loadable_model, merge_lora
 from agentrl.train.checkpoint import latest_checkpoint
-from agentrl.train.lora import adapter_base, is_adapter_dir, loadable_model, merge_lora
 from agentrl.train.trainer import Trainer
 
 runner = CliRunner()

@@ -42,8 +42,8 @@ def ray_cluster(ray_local):
 def test_ray_fsdp2_ranks_match_local(ray_cluster) -> None:
     from agentrl.config import TrainConfig
     from agentrl.rollout.models import load_model
+    from agentrl.runtime.local import LocalBackend
     from agentrl.train.config import OptimConfig, TrainerConfig
-    from agentrl.train.local import LocalBackend
     from agentrl.train.ray_workers import RayTrainerGroup
 
     optim = OptimConfig(lr=LR, max_grad_norm=1.0)

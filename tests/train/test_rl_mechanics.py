@@ -12,7 +12,7 @@ from trainer_envs import VowelCount
 from agentrl.algos.presets import load_preset, preset_algo_config
 from agentrl.config import ConfigError, load_config
 from agentrl.envs import register
-from agentrl.train.batch import to_batch
+from agentrl.runtime.batch import to_batch
 from agentrl.train.critic import value_head
 from agentrl.train.trainer import Trainer, replay_queue
 from agentrl.trajectory.types import Trajectory, Turn
@@ -239,7 +239,7 @@ def test_per_move_credit_matches_the_states_of_a_real_rollout(tmp_path) -> None:
     # Sokoban with prompts of the current grid only: every episode of a group starts from the
     # same prompt, so its first turn's state id is shared in the group and nowhere else, and
     # equal ids mean equal prompts (the grid and the actions left).
-    from agentrl.train.batch import to_batch
+    from agentrl.runtime.batch import to_batch
 
     trainer = _trainer(
         tmp_path, "grpo", "env.name=sokoban", "env.max_turns=3", "rollout.max_turns=3",

@@ -15,9 +15,9 @@ from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import make
 from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+from agentrl.runtime.batch import to_batch
 from agentrl.sft.data import expert_ids
 from agentrl.sft.train import masked_nll
-from agentrl.train.batch import to_batch
 from agentrl.train.search import (
     SEARCH_KEY,
     AnswerScorer,

@@ -12,8 +12,8 @@ from trainer_envs import VowelCount
 from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import register
+from agentrl.runtime.metrics import CollapseDetector
 from agentrl.train.config import CollapseConfig
-from agentrl.train.metrics import CollapseDetector
 from agentrl.train.trainer import Trainer
 from agentrl.trajectory.io import read_trajectories, step_path
 

@@ -87,10 +87,10 @@ def test_logits_only_where_the_loss_is() -> None:
     from agentrl.algos.losses import token_logprobs_from_logits
     from agentrl.envs import make
     from agentrl.rollout.models import load_tokenizer
+    from agentrl.runtime.batch import to_batch
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.expert import get_expert
     from agentrl.sft.train import masked_nll
-    from agentrl.train.batch import to_batch
 
     tok = load_tokenizer("tiny")
     model = load_model("tiny", dtype="float32")

@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 import agentrl.sft.train as sft_train
 from agentrl.cli import app
+from agentrl.cli.warm_start import WARM_START_DIR, sft_config
 from agentrl.config import load_config
 from agentrl.sft.checkpoint import CHECKPOINT_DIR
 from agentrl.sft.train import RESULT_FILE, TRAJECTORIES_FILE, run_sft
-from agentrl.train.warm_start import WARM_START_DIR, sft_config
 
 runner = CliRunner()
 SETS = {

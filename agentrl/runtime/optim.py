@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from agentrl.train.config import OptimConfig
+from agentrl.runtime.config import OptimConfig
 
 
 def build_optimizer(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.train.batch import concat_batches, micro_batches, mini_batches, to_batch
+from agentrl.runtime.batch import concat_batches, micro_batches, mini_batches, to_batch
 from agentrl.trajectory.types import Sample, Status, Trajectory, Turn
 
 

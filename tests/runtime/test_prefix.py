@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.train.prefix import shared_prefix_len, shared_prefix_logits
+from agentrl.runtime.prefix import shared_prefix_len, shared_prefix_logits
 
 
 def _model(path: Path) -> torch.nn.Module:

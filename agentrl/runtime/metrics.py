@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.train.config import CollapseConfig, LoggingConfig
+from agentrl.runtime.config import CollapseConfig, LoggingConfig
 from agentrl.trajectory.types import Trajectory
 
 METRICS_FILE = "metrics.jsonl"

@@ -52,7 +52,7 @@ def live_bars(cfg: Any) -> bool:
 
 def trainer_rank() -> int:
     """This process's rank (0 without torch.distributed)."""
-    from agentrl.train._ranks import world_size
+    from agentrl.runtime._ranks import world_size
 
     if world_size() > 1:
         import torch.distributed as dist
@@ -63,8 +63,8 @@ def trainer_rank() -> int:
 
 def _with_warm_start(cfg: Any, run_dir: Path) -> Any:
     """Run the warm start on rank 0 (the others wait) and return `cfg` with its model."""
-    from agentrl.train._ranks import barrier
-    from agentrl.train.warm_start import WARM_START_DIR, warm_start
+    from agentrl.cli.warm_start import WARM_START_DIR, warm_start
+    from agentrl.runtime._ranks import barrier
 
     if trainer_rank() == 0:
         warm_start(cfg, run_dir, progress=live_bars(cfg))
@@ -79,9 +79,9 @@ def run_training(
 ) -> None:
     """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
     from agentrl._console import console, setup_logging
+    from agentrl.runtime.lora import ADAPTER_DIR
+    from agentrl.runtime.metrics import METRICS_FILE
     from agentrl.train.checkpoint import latest_checkpoint
-    from agentrl.train.lora import ADAPTER_DIR
-    from agentrl.train.metrics import METRICS_FILE
     from agentrl.train.trainer import Trainer
 
     setup_logging()

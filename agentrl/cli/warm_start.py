@@ -12,18 +12,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from agentrl.train.model_settings import write_model_settings
+from agentrl.runtime.model_settings import write_model_settings
+from agentrl.sft.config import SFTConfig
+from agentrl.train.checkpoint import WARM_START_DIR
+
+__all__ = ["WARM_START_DIR", "sft_config", "warm_start"]
 
 log = logging.getLogger("agentrl.train")
-
-WARM_START_DIR = "warm_start"
-"""Folder of the warm-started model inside a run directory."""
 
 
 def sft_config(cfg: Any) -> Any:
     """The `SFTConfig` of a run's warm start: its env, model, seeds and context limit."""
-    from agentrl.sft.config import SFTConfig
-
     ws = cfg.warm_start
     return SFTConfig(
         env=cfg.env,

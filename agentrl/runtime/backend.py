@@ -7,13 +7,15 @@ runs it; gradient accumulation, clipping, sharding and mixed precision live here
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from agentrl.runtime.config import LoraConfig, OptimConfig
 
 
 @runtime_checkable
@@ -56,49 +58,65 @@ class Backend(Protocol):
         ...
 
 
-_BACKEND_MODULES = {
-    "fsdp2": "agentrl.train.fsdp2",
-    "deepspeed": "agentrl.train.deepspeed_backend",
-}
-"""Backends other than `local`, imported by name only when selected."""
-
-
 def make_backend(
-    cfg: Any,
     model: nn.Module,
     *,
+    optim: OptimConfig,
     lr: float,
     num_optimizer_steps: int,
-    role: str = "policy",
+    backend: str = "local",
+    device: str = "auto",
+    zero_stage: int = 2,
+    gradient_checkpointing: bool = False,
+    lora: LoraConfig | None = None,
+    base_model: str | None = None,
 ) -> Backend:
-    """Wrap `model` in the backend `cfg.trainer.backend` names.
+    """Wrap `model` in the backend `backend` names (`local`, `fsdp2` or `deepspeed`).
 
-    `cfg` is the root `TrainConfig`. `fsdp2` and `deepspeed` live in their own modules, each
-    exposing `make_backend(cfg, model, *, lr, num_optimizer_steps)` with this signature; they
-    are imported only when selected. `role` is `policy` or `critic`: with `trainer.lora`
-    enabled, the policy gets LoRA adapters here, before any backend wraps it, and every
-    backend trains only them.
+    `optim` gives AdamW and the schedule (its `lr` is replaced by `lr`, so a critic can train
+    at another rate). With `lora` enabled, `model` gets LoRA adapters here, before any backend
+    wraps it, and every backend trains only them; `base_model` (the model's name or folder)
+    goes into the adapter's config. `fsdp2` and `deepspeed` are imported only when selected.
     """
-    if role == "policy" and cfg.trainer.lora.enabled:
-        from agentrl.train.lora import apply_lora
+    if lora is not None and lora.enabled:
+        from agentrl.runtime.lora import apply_lora
 
-        model = apply_lora(model, cfg.trainer.lora, base_model=cfg.model.name)
-    name = cfg.trainer.backend
-    if name == "local":
-        from agentrl.train.local import LocalBackend
+        model = apply_lora(model, lora, base_model=base_model or "")
+    if backend == "local":
+        from agentrl.runtime.local import LocalBackend
 
         return LocalBackend(
             model,
-            optim=cfg.optim,
-            trainer=cfg.trainer,
+            optim=optim,
             lr=lr,
             num_optimizer_steps=num_optimizer_steps,
-            device=resolve_device(cfg.trainer.device),
+            device=resolve_device(device),
+            gradient_checkpointing=gradient_checkpointing,
         )
-    if name not in _BACKEND_MODULES:
-        raise ValueError(f"trainer.backend = {name!r}: expected local, fsdp2 or deepspeed")
-    module = importlib.import_module(_BACKEND_MODULES[name])
-    return module.make_backend(cfg, model, lr=lr, num_optimizer_steps=num_optimizer_steps)
+    if backend == "fsdp2":
+        from agentrl.runtime import fsdp2
+
+        return fsdp2.make_backend(
+            model,
+            optim=optim,
+            lr=lr,
+            num_optimizer_steps=num_optimizer_steps,
+            device=device,
+            gradient_checkpointing=gradient_checkpointing,
+        )
+    if backend == "deepspeed":
+        from agentrl.runtime import deepspeed_backend
+
+        return deepspeed_backend.make_backend(
+            model,
+            optim=optim,
+            lr=lr,
+            num_optimizer_steps=num_optimizer_steps,
+            device=device,
+            zero_stage=zero_stage,
+            gradient_checkpointing=gradient_checkpointing,
+        )
+    raise ValueError(f"trainer.backend = {backend!r}: expected local, fsdp2 or deepspeed")
 
 
 def resolve_device(name: str) -> torch.device:

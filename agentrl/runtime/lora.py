@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentrl.train.config import LoraConfig
+from agentrl.runtime.config import LoraConfig
 
 ADAPTER_DIR = "adapter"
 """Sub-folder of a backend checkpoint with the LoRA adapter (peft format)."""
@@ -171,7 +171,7 @@ def save_weights(
 ) -> None:
     """Write the gathered full state dict `state` of `model` as the Hugging Face folder
     `path/model`; for a LoRA model merged, with the adapter alone in `path/adapter`."""
-    from agentrl.train._dist import MODEL_DIR, save_hf
+    from agentrl.runtime._dist import MODEL_DIR, save_hf
 
     path = Path(path)
     if scaling is None:
@@ -205,7 +205,7 @@ def merge_adapter_dir(adapter: str | Path, out: str | Path) -> Path:
     from transformers import AutoTokenizer
 
     from agentrl.rollout.models import ModelNotFoundError, load_model, resolve_model
-    from agentrl.train._dist import save_hf
+    from agentrl.runtime._dist import save_hf
 
     peft = _peft()
     adapter, out = Path(adapter), Path(out)

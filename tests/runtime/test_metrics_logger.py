@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from agentrl.runtime.metrics import MetricsLogger, read_metrics
 from agentrl.train.config import LoggingConfig
-from agentrl.train.metrics import MetricsLogger, read_metrics
 
 
 class _FakeRun:

@@ -10,15 +10,15 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from agentrl.train.config import OptimConfig, TrainerConfig
-from agentrl.train.lora import (
+from agentrl.runtime.config import OptimConfig
+from agentrl.runtime.lora import (
     ADAPTER_DIR,
     hf_weights,
     lora_scaling,
     read_adapter,
     save_weights,
 )
-from agentrl.train.optim import build_optimizer, build_scheduler
+from agentrl.runtime.optim import build_optimizer, build_scheduler
 
 
 class _Autocast(nn.Module):
@@ -37,7 +37,7 @@ class _Autocast(nn.Module):
 class LocalBackend:
     """The `Backend` protocol in one process (CPU or one GPU).
 
-    A `model` that `agentrl.train.lora.apply_lora` wrapped trains its adapters only.
+    A `model` that `agentrl.runtime.lora.apply_lora` wrapped trains its adapters only.
     """
 
     rank = 0
@@ -48,15 +48,15 @@ class LocalBackend:
         model: nn.Module,
         *,
         optim: OptimConfig,
-        trainer: TrainerConfig,
         lr: float,
         num_optimizer_steps: int,
         device: torch.device,
+        gradient_checkpointing: bool = False,
     ) -> None:
         self.device = device
         self.optim_cfg = optim
         model = model.to(device=device, dtype=torch.float32)
-        if trainer.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        if gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
@@ -115,7 +115,7 @@ class LocalBackend:
         accelerate's `extract_model_from_parallel`) whenever it is installed, which costs
         half a second and prints a warning on every CPU run.
         """
-        from agentrl.train._dist import save_hf
+        from agentrl.runtime._dist import save_hf
 
         model = self.module if self.lora_scaling is None else self.module.get_base_model()
         save_hf(model, self.full_state_dict(), path)

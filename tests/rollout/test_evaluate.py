@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentrl.train.evaluate import evaluation_metrics, success_stats
+from agentrl.rollout.evaluate import evaluation_metrics, success_stats
 from agentrl.trajectory.types import Status, Trajectory, Turn
 
 

@@ -23,19 +23,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from agentrl.train._dist import (
+from agentrl.runtime._dist import (
     comm_backend,
     default_mixed_precision,
     enable_gradient_checkpointing,
     init_process_group,
     pick_device,
 )
-from agentrl.train.fsdp2 import _rank_device
-from agentrl.train.lora import hf_weights, lora_scaling, save_weights
-from agentrl.train.optim import build_optimizer, build_scheduler
+from agentrl.runtime.fsdp2 import _rank_device
+from agentrl.runtime.lora import hf_weights, lora_scaling, save_weights
+from agentrl.runtime.optim import build_optimizer, build_scheduler
 
 if TYPE_CHECKING:
-    from agentrl.train.config import OptimConfig
+    from agentrl.runtime.config import OptimConfig
 
 DS_DIR = "deepspeed"
 DS_TAG = "state"
@@ -43,20 +43,27 @@ STATE_FILE = "backend_state.json"
 
 
 def make_backend(
-    cfg: Any, model: nn.Module, *, lr: float, num_optimizer_steps: int
+    model: nn.Module,
+    *,
+    optim: OptimConfig,
+    lr: float,
+    num_optimizer_steps: int,
+    device: str = "auto",
+    zero_stage: Literal[2, 3] = 2,
+    gradient_checkpointing: bool = False,
 ) -> DeepSpeedBackend:
-    """`DeepSpeedBackend` from the root `TrainConfig` (the factory `agentrl.train.backend`
-    calls)."""
-    device = pick_device(cfg.trainer.device)
+    """`DeepSpeedBackend` (ZeRO `zero_stage`) on `device` (`auto`, `cpu` or `cuda`), mixed
+    precision on GPU (the factory `agentrl.runtime.backend.make_backend` calls)."""
+    rank_device = pick_device(device)
     return DeepSpeedBackend(
         model,
-        optim=cfg.optim,
+        optim=optim,
         lr=lr,
         num_optimizer_steps=num_optimizer_steps,
-        zero_stage=cfg.trainer.zero_stage,
-        device=device,
-        mixed_precision=default_mixed_precision(device),
-        gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+        zero_stage=zero_stage,
+        device=rank_device,
+        mixed_precision=default_mixed_precision(rank_device),
+        gradient_checkpointing=gradient_checkpointing,
     )
 
 
@@ -86,7 +93,7 @@ class DeepSpeedBackend:
     """A Hugging Face causal LM under a DeepSpeed ZeRO-2/3 engine, with AdamW and a schedule.
 
     `model` is the DeepSpeed engine, called like the plain model. A model that
-    `agentrl.train.lora.apply_lora` wrapped trains its adapters only.
+    `agentrl.runtime.lora.apply_lora` wrapped trains its adapters only.
     """
 
     def __init__(

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from agentrl.train._dist import (
+from agentrl.runtime._dist import (
     MODEL_DIR,
     decoder_layers,
     default_mixed_precision,
@@ -29,11 +29,11 @@ from agentrl.train._dist import (
     load_hf_weights,
     pick_device,
 )
-from agentrl.train.lora import ADAPTER_DIR, hf_weights, lora_scaling, read_adapter, save_weights
-from agentrl.train.optim import build_optimizer, build_scheduler
+from agentrl.runtime.lora import ADAPTER_DIR, hf_weights, lora_scaling, read_adapter, save_weights
+from agentrl.runtime.optim import build_optimizer, build_scheduler
 
 if TYPE_CHECKING:
-    from agentrl.train.config import OptimConfig
+    from agentrl.runtime.config import OptimConfig
 
 OPTIM_DIR = "optim_dcp"
 """Sub-folder of a checkpoint with the sharded optimizer state (torch.distributed.checkpoint)."""
@@ -41,18 +41,25 @@ STATE_FILE = "backend_state.json"
 
 
 def make_backend(
-    cfg: Any, model: nn.Module, *, lr: float, num_optimizer_steps: int
+    model: nn.Module,
+    *,
+    optim: OptimConfig,
+    lr: float,
+    num_optimizer_steps: int,
+    device: str = "auto",
+    gradient_checkpointing: bool = False,
 ) -> FSDP2Backend:
-    """`FSDP2Backend` from the root `TrainConfig` (the factory `agentrl.train.backend` calls)."""
-    device = pick_device(cfg.trainer.device)
+    """`FSDP2Backend` on `device` (`auto`, `cpu` or `cuda`), mixed precision on GPU (the
+    factory `agentrl.runtime.backend.make_backend` calls)."""
+    rank_device = pick_device(device)
     return FSDP2Backend(
         model,
-        optim=cfg.optim,
+        optim=optim,
         lr=lr,
         num_optimizer_steps=num_optimizer_steps,
-        device=device,
-        mixed_precision=default_mixed_precision(device),
-        gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+        device=rank_device,
+        mixed_precision=default_mixed_precision(rank_device),
+        gradient_checkpointing=gradient_checkpointing,
     )
 
 
@@ -61,7 +68,7 @@ class FSDP2Backend:
 
     Every rank constructs it with the same (identically initialised) model; parameters are
     sharded in place. `model` is then called like the plain model. A model that
-    `agentrl.train.lora.apply_lora` wrapped trains its adapters only.
+    `agentrl.runtime.lora.apply_lora` wrapped trains its adapters only.
     """
 
     def __init__(

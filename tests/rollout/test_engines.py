@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from agentrl.rollout.engine import Completion, GenerationRequest, SamplingParams, generate_sync
-from agentrl.train.engines import GreedyCache
+from agentrl.rollout.engines import GreedyCache
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=4)
 

@@ -1,0 +1,36 @@
+"""The run's backends: `agentrl.runtime.backend.make_backend` with a `TrainConfig`'s settings."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from agentrl.config import TrainConfig
+from agentrl.runtime.backend import Backend, make_backend
+
+
+def backend_for_run(
+    cfg: TrainConfig,
+    model: nn.Module,
+    *,
+    lr: float,
+    num_optimizer_steps: int,
+    role: str = "policy",
+) -> Backend:
+    """Wrap `model` in the backend `cfg.trainer.backend` names, with `cfg.optim`.
+
+    `role` is `policy` or `critic`: with `trainer.lora` enabled, only the policy gets LoRA
+    adapters (a critic trains fully).
+    """
+    trainer = cfg.trainer
+    return make_backend(
+        model,
+        optim=cfg.optim,
+        lr=lr,
+        num_optimizer_steps=num_optimizer_steps,
+        backend=trainer.backend,
+        device=trainer.device,
+        zero_stage=trainer.zero_stage,
+        gradient_checkpointing=trainer.gradient_checkpointing,
+        lora=trainer.lora if role == "policy" else None,
+        base_model=cfg.model.name,
+    )
