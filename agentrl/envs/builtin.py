@@ -1,4 +1,4 @@
-"""Registers the envs that ship with agentrl. Imported once by the registry."""
+"""Registers the envs that ship with agentrl; `agentrl/envs/__init__.py` imports it once."""
 
 from agentrl.envs.registry import register
 

@@ -3,6 +3,11 @@
 Names come from three places: `register` calls in agentrl and user code, installed
 packages through the entry-point group `agentrl.envs`, and `module.path:Class` strings
 accepted wherever a name is.
+
+The registry imports no env: the built-ins register themselves when the `agentrl.envs`
+package is imported (`agentrl/envs/builtin.py`, as Gymnasium's `envs/__init__` does), and the
+entry points are read on the first lookup. A later `register` call wins over an earlier one,
+and an entry point never replaces a name registered in code.
 """
 
 from __future__ import annotations
@@ -79,7 +84,6 @@ def register(
         raise ValueError(f"env name {name!r} must be non-empty and contain no ':'")
     if isinstance(requires, str):
         requires = (requires,)
-    _load_builtins()  # so a user registration made early overrides a built-in, not vice versa
     _REGISTRY[name] = EnvSpec(name, entry_point, dict(defaults), source, tuple(requires), summary)
 
 
@@ -100,8 +104,8 @@ def _resolve(target: str) -> Any:
     return obj
 
 
-def _load_builtins() -> None:
-    """Import the built-in registrations and entry points once, safely across threads.
+def _load_entry_points() -> None:
+    """Register the entry points of the group `agentrl.envs` once, safely across threads.
 
     Another thread waits until loading is over; `register` calls made by the loading itself
     (same thread) return at once.
@@ -114,7 +118,6 @@ def _load_builtins() -> None:
             return
         _load_state = "loading"
         try:
-            importlib.import_module("agentrl.envs.builtin")
             for ep in entry_points(group=ENTRY_POINT_GROUP):
                 if ep.name in _REGISTRY:
                     continue
@@ -128,7 +131,7 @@ def _load_builtins() -> None:
 
 def registry() -> dict[str, EnvSpec]:
     """All known envs by name (built-ins, entry points, user registrations)."""
-    _load_builtins()
+    _load_entry_points()
     return dict(sorted(_REGISTRY.items()))
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import subprocess
 import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -113,36 +116,44 @@ def test_entry_point_group_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(make("plugin-guess"), GuessNumber)
 
 
-def test_early_user_registration_overrides_builtin(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reg, "_load_state", "unloaded")
-    monkeypatch.delitem(sys.modules, "agentrl.envs.builtin")  # re-run its register() calls
-    reg._REGISTRY.clear()
-    register("sokoban", GuessNumber)  # before anything listed the registry
+def test_user_registration_overrides_builtin_and_entry_points_do_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    register("sokoban", GuessNumber)
     assert spec("sokoban").entry_point is GuessNumber
+    ep = EntryPoint(name="sokoban", value="envs_contrib.bandit:BanditEnv", group="agentrl.envs")
+    monkeypatch.setattr(reg, "entry_points", lambda *, group: [ep])
+    monkeypatch.setattr(reg, "_load_state", "unloaded")
+    assert spec("sokoban").entry_point is GuessNumber  # an entry point never replaces it
     assert "sokoban-8x8-2box" in registry()
 
 
-def test_registry_loads_once_under_concurrent_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Threads racing on the first `make` all see the built-ins (no empty registry)."""
-    import threading
+def test_the_registry_imports_no_env() -> None:
+    """The built-ins register from the package (`agentrl/envs/builtin.py`), not the registry."""
+    tree = ast.parse(Path(reg.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    envs = {m for m in imported if m and m.startswith("agentrl.envs")}
+    assert envs == {"agentrl.envs.base"}
+    assert "import_module(\"agentrl" not in Path(reg.__file__).read_text()
 
-    monkeypatch.setattr(reg, "_load_state", "unloaded")
-    monkeypatch.delitem(sys.modules, "agentrl.envs.builtin")  # re-run its register() calls
-    reg._REGISTRY.clear()
-    barrier = threading.Barrier(8)
-    errors: list[BaseException] = []
 
-    def first_use() -> None:
-        barrier.wait()
-        try:
-            reg.make("sokoban")
-        except BaseException as e:  # noqa: BLE001 - collected for the assertion
-            errors.append(e)
-
-    threads = [threading.Thread(target=first_use) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    assert reg._load_state == "loaded"
+def test_make_in_fresh_threads_sees_the_builtins() -> None:
+    """Threads racing on the first `make` of a fresh process all see the built-ins."""
+    code = """
+import importlib, threading
+barrier = threading.Barrier(8)
+errors = []
+def first_use():
+    barrier.wait()
+    try:
+        importlib.import_module("agentrl.envs").make("sokoban")
+    except BaseException as e:
+        errors.append(e)
+threads = [threading.Thread(target=first_use) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert errors == [], errors
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
