@@ -158,13 +158,9 @@ def async_vs_lockstep(
     from agentrl.rollout.config import RolloutConfig
     from agentrl.rollout.engine import GenerationRequest, SamplingParams
     from agentrl.rollout.loop import rollout
+    from agentrl.rollout.testing import ScriptedEngine
     from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
-    from agentrl.trajectory.testing import (
-        ScriptedEngine,
-        ScriptedEnv,
-        build_tokenizer,
-        plain_vocab_ids,
-    )
+    from agentrl.trajectory.testing import ScriptedEnv, build_tokenizer, plain_vocab_ids
 
     if engine_name == "scripted":
         tok = build_tokenizer("chatml")

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.loop import rollout
+from agentrl.rollout.testing import ScriptedEngine
 from agentrl.trajectory.bridge import ChatBridge
-from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.testing import ScriptedEnv, build_tokenizer, plain_vocab_ids
 from agentrl.trajectory.types import Status
 
 TOK = {f: build_tokenizer(f) for f in ("chatml", "llama3", "qwen3")}

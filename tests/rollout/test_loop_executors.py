@@ -14,7 +14,8 @@ from agentrl.envs.base import TokenEnv
 from agentrl.rollout import loop as loop_module
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.loop import _NUM_PROBE_STEPS, _ThreadEnvs, rollout
-from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.rollout.testing import ScriptedEngine
+from agentrl.trajectory.testing import ScriptedEnv, build_tokenizer, plain_vocab_ids
 from agentrl.trajectory.types import Status
 
 

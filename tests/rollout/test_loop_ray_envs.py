@@ -16,8 +16,9 @@ from agentrl.rollout import loop
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.loop import close_env_actors, rollout
+from agentrl.rollout.testing import ScriptedEngine
 from agentrl.trajectory.bridge import ChatBridge
-from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.testing import ScriptedEnv, build_tokenizer, plain_vocab_ids
 from agentrl.trajectory.types import Status
 
 ray = pytest.importorskip("ray")

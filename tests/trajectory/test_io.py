@@ -11,6 +11,7 @@ import pytest
 
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.loop import rollout
+from agentrl.rollout.testing import ScriptedEngine
 from agentrl.trajectory.io import (
     read_trajectories,
     step_path,
@@ -19,7 +20,7 @@ from agentrl.trajectory.io import (
     write_step,
     write_trajectories,
 )
-from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.testing import ScriptedEnv, build_tokenizer, plain_vocab_ids
 from agentrl.trajectory.types import Status, Trajectory, Turn
 
 

@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.rollout.loop import rollout
+from agentrl.rollout.testing import ScriptedEngine
 from agentrl.trajectory.io import write_step
-from agentrl.trajectory.testing import ScriptedEngine, ScriptedEnv, build_tokenizer, plain_vocab_ids
+from agentrl.trajectory.testing import ScriptedEnv, build_tokenizer, plain_vocab_ids
 
 
 @pytest.fixture(scope="module")
