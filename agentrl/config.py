@@ -93,6 +93,24 @@ class TrainConfig(_runtime._Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_algorithm(self) -> TrainConfig:
+        """Combinations the algorithm cannot run with fail here, so `--print-config` shows
+        them before any model loads."""
+        if self.algo.name == "expert-iteration":
+            needs = {
+                "rollout.history_turns: 0 (the prompt must be the state)": (
+                    self.rollout.history_turns == 0
+                ),
+                "trainer.backend: local (the search scores with the policy in process)": (
+                    self.trainer.backend == "local"
+                ),
+            }
+            missing = [k for k, ok in needs.items() if not ok]
+            if missing:
+                raise ValueError("algo.name expert-iteration needs " + ", ".join(missing))
+        return self
+
     def model_settings(self) -> ModelSettings:
         """How the run's models play the env: what `agentrl eval --model` reproduces."""
         return ModelSettings(

@@ -85,7 +85,7 @@ def main() -> None:
 
     import torch
 
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli.train import resolve_train_config
     from agentrl.train.trainer import Trainer
 
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())

@@ -42,7 +42,7 @@ def _peak_rss() -> int:
 
 
 def _config(overrides: list[str]):
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli.train import resolve_train_config
 
     return resolve_train_config(
         config_file=None, overrides=overrides, preset=None, flags={"env.name": "sokoban"}

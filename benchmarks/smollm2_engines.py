@@ -45,8 +45,8 @@ def main() -> None:
     from agentrl._console import quiet_third_party
 
     quiet_third_party()
+    from agentrl.cli.rollout import build_engine
     from agentrl.envs import make
-    from agentrl.rollout._cli import build_engine
     from agentrl.rollout.config import RolloutConfig
     from agentrl.rollout.engine import SamplingParams
     from agentrl.rollout.engines import SeededEngine

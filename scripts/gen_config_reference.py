@@ -165,8 +165,8 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def train_defaults() -> list[tuple[str, str, str]]:
     """`(key, model default, agentrl train default)` for each key the CPU defaults and the
     default preset of `agentrl train` change."""
+    from agentrl.cli.train import resolve_train_config
     from agentrl.config import TrainConfig
-    from agentrl.train._cli import resolve_train_config
 
     plain = _flatten(TrainConfig().model_dump(mode="json"))
     cfg = resolve_train_config(config_file=None, overrides=[], preset=None, flags={})
@@ -227,8 +227,8 @@ def render(model: type[BaseModel] | None = None) -> str:
 
 
 def _train_defaults_lines() -> list[str]:
+    from agentrl.cli.train import DEFAULT_PRESET, env_defaults
     from agentrl.config import EnvConfig
-    from agentrl.train._cli import DEFAULT_PRESET, env_defaults
 
     env = EnvConfig().name
     preset = env_defaults(env)[1] or DEFAULT_PRESET

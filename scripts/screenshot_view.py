@@ -14,8 +14,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from agentrl.cli.view import _load_tokenizer
 from agentrl.trajectory._browser import screenshot
-from agentrl.trajectory._cli import _load_tokenizer
 from agentrl.trajectory.io import read_trajectories
 from agentrl.trajectory.view import episode_html
 

@@ -52,7 +52,7 @@ def test_bad_value_names_field_value_and_origin(tmp_path) -> None:
 
 def test_set_parsing_types_and_nesting(tmp_path) -> None:
     path = tmp_path / "run.yaml"
-    path.write_text("rollout:\n  group_size: 2\nalgo:\n  estimator: gae\n")
+    path.write_text("rollout:\n  group_size: 2\nalgo:\n  name: ppo\n")
     cfg = load_config(
         path,
         [
@@ -75,7 +75,7 @@ def test_set_parsing_types_and_nesting(tmp_path) -> None:
 
 
 def test_dump_round_trips(tmp_path) -> None:
-    cfg = load_config(overrides=["trainer.num_steps=7", "algo.estimator=rloo"])
+    cfg = load_config(overrides=["trainer.num_steps=7", "algo.name=rloo"])
     path = tmp_path / "config.yaml"
     path.write_text(dump_config(cfg))
     assert load_config(path) == cfg

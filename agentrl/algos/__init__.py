@@ -32,7 +32,6 @@ _EXPORTS = {
     "starpo_s_filter": "agentrl.algos.filters",
     "token_logprobs_from_logits": "agentrl.algos.losses",
     "trajectory_returns": "agentrl.algos.advantages",
-    "turn_level_gae": "agentrl.algos.advantages",
     "value_loss": "agentrl.algos.losses",
     "whiten": "agentrl.algos.advantages",
 }

@@ -1,4 +1,4 @@
-"""Advantage estimators: GRPO, RLOO, REINFORCE++, GAE and turn-level GAE.
+"""Advantage estimators: GRPO, RLOO, REINFORCE++ and GAE.
 
 Shapes: `B` trajectories (or samples), `T` tokens, `K` turns. `mask` is the loss mask: 1 on
 the tokens the policy sampled (the ones trained on), 0 on prompt, observation and padding
@@ -28,12 +28,8 @@ __all__ = [
     "place_turn_rewards",
     "reinforce_pp_advantages",
     "rloo_advantages",
-    "state_baseline_fit",
-    "state_best_advantages",
-    "state_rloo_advantages",
     "trajectory_returns",
     "turn_returns_to_go",
-    "turn_level_gae",
     "whiten",
 ]
 
@@ -149,115 +145,6 @@ def rloo_advantages(returns: Tensor, group_ids: Tensor) -> Tensor:
     n = counts[inverse].to(mean.dtype)
     scale = torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
     return (scale * (returns - mean)).to(returns.dtype)
-
-
-def _check_states(to_go: Tensor, state_ids: Tensor) -> None:
-    if to_go.shape != state_ids.shape:
-        raise ValueError(
-            f"to_go {tuple(to_go.shape)} and state_ids {tuple(state_ids.shape)} must match"
-        )
-
-
-def state_rloo_advantages(to_go: Tensor, state_ids: Tensor) -> Tensor:
-    """Per-move credit from the batch's own visits of each state: a turn's return-to-go minus
-    the mean return-to-go of the *other* visits of the same state (RLOO with the state as the
-    group), `[B, K], [B, K] -> [B, K]`.
-
-    `state_ids` names the state each turn acted in (equal ids: the same prompt, so the same
-    policy input), -1 where there is no turn. The other visits are independent episodes, so
-    their mean is an unbiased Monte-Carlo value of the state and the estimate stays unbiased;
-    a state visited once has no baseline and gets 0. Episodes of one group share their first
-    state, and a near-deterministic policy's episodes share a path until they part: where
-    they made the same move in the same state, their credits sum to exactly 0 (with every
-    token weighted alike, `loss_agg: token-mean`, those moves get no net gradient), and the
-    moves where they part carry the signal.
-
-    >>> to_go = torch.tensor([[11.0, 11.0], [1.0, -0.1], [5.0, 0.0]])
-    >>> states = torch.tensor([[7, 8], [7, 9], [3, -1]])
-    >>> state_rloo_advantages(to_go, states)
-    tensor([[ 10.,   0.],
-            [-10.,   0.],
-            [  0.,   0.]])
-    """
-    _check_states(to_go, state_ids)
-    out = torch.zeros_like(to_go)
-    visited = state_ids >= 0
-    if visited.any():
-        out[visited] = rloo_advantages(to_go[visited], state_ids[visited])
-    return out
-
-
-def state_best_advantages(to_go: Tensor, state_ids: Tensor, *, tol: float = 1e-6) -> Tensor:
-    """Rollout policy improvement from the batch's visits of each state, `[B, K], [B, K] ->
-    [B, K]`: in a state whose visits' returns-to-go differ, the visits with the highest one
-    get `1 / k` (k of them share it), every other turn 0.
-
-    With `loss_agg: token-mean` and ratio 1 the update is then cross-entropy on the best
-    answer of each state, weighted one per state: classification-based approximate policy
-    iteration (Lagoudakis & Parr, 2003). It is exact policy improvement when each visit's
-    return is the deterministic return of one answer followed by a fixed policy (all-action
-    branches played on greedily, `trainer.branch_answers: all`, `branch_temperature: 0`).
-    A state visited once, or whose visits all returned alike (within `tol`), says nothing
-    about which answer is better and gets 0.
-
-    >>> to_go = torch.tensor([[9.0, 9.0], [-0.2, 9.0], [9.0, 0.0], [5.0, 0.0]])
-    >>> states = torch.tensor([[7, 8], [7, 8], [7, -1], [3, -1]])
-    >>> state_best_advantages(to_go, states)
-    tensor([[0.5000, 0.0000],
-            [0.0000, 0.0000],
-            [0.5000, 0.0000],
-            [0.0000, 0.0000]])
-    """
-    _check_states(to_go, state_ids)
-    out = torch.zeros_like(to_go)
-    visited = state_ids >= 0
-    if not visited.any():
-        return out
-    values = to_go[visited]
-    _, inverse = torch.unique(state_ids[visited], return_inverse=True)
-    n = int(inverse.max()) + 1
-    best = torch.full((n,), float("-inf"), dtype=values.dtype).scatter_reduce(
-        0, inverse, values, reduce="amax"
-    )
-    worst = torch.full((n,), float("inf"), dtype=values.dtype).scatter_reduce(
-        0, inverse, values, reduce="amin"
-    )
-    is_best = (values >= best[inverse] - tol) & (best - worst > tol)[inverse]
-    num_best = torch.zeros(n, dtype=values.dtype).scatter_add(0, inverse, is_best.to(values.dtype))
-    out[visited] = torch.where(is_best, 1.0 / num_best[inverse].clamp(min=1), 0.0)
-    return out
-
-
-def state_baseline_fit(
-    to_go: Tensor, state_ids: Tensor, credit: Tensor | None = None
-) -> dict[str, float]:
-    """How well `state_rloo_advantages`' baseline (the mean return-to-go of the other visits
-    of the same state) predicts each turn's return-to-go, `[B, K], [B, K] -> stats`.
-
-    `baseline_explained_var` is `1 - Var(to_go - baseline) / Var(to_go)` over the turns whose
-    state was visited more than once (the critic's explained variance, for this Monte-Carlo
-    baseline; held out, since a visit's own return is not in its baseline);
-    `baseline_coverage` is the share of turns that have a baseline (the rest get credit 0).
-    `credit`: `state_rloo_advantages(to_go, state_ids)` when the caller has it already.
-
-    >>> to_go = torch.tensor([[10.0, 11.0], [10.0, -1.0], [0.0, 0.0], [0.0, -1.0]])
-    >>> states = torch.tensor([[1, 2], [1, 3], [4, 5], [4, -1]])
-    >>> fit = state_baseline_fit(to_go, states)
-    >>> round(fit["baseline_explained_var"], 3), round(fit["baseline_coverage"], 3)
-    (1.0, 0.571)
-    """
-    visited = state_ids >= 0
-    t, ids = to_go[visited].double(), state_ids[visited]
-    _, inverse, counts = group_index(ids)
-    shared = counts[inverse] > 1
-    out = {"baseline_coverage": float(shared.double().mean()) if len(t) else 0.0}
-    target = t[shared]
-    if len(target) < 2 or float(target.var(unbiased=False)) == 0.0:
-        return out | {"baseline_explained_var": 0.0}
-    # the return less the other visits' mean: state-rloo's credit
-    residual = (rloo_advantages(t, ids) if credit is None else credit[visited].double())[shared]
-    var = float(residual.var(unbiased=False)) / float(target.var(unbiased=False))
-    return out | {"baseline_explained_var": 1.0 - var}
 
 
 def _masked_gae(
@@ -424,59 +311,3 @@ def place_turn_rewards(turn_rewards: Tensor, turn_ids: Tensor, mask: Tensor) -> 
     idx = torch.where(last < 0, torch.full_like(last, mask.shape[1]), last)
     out = out.scatter_add(1, idx, torch.where(last < 0, 0.0, turn_rewards))
     return out[:, :-1]
-
-
-def turn_level_gae(
-    turn_rewards: Tensor,
-    turn_ids: Tensor,
-    values: Tensor,
-    mask: Tensor,
-    *,
-    gamma_turn: float,
-    lam_turn: float,
-    gamma_token: float = 1.0,
-    lam_token: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    """Turn-level GAE (bi-level): GAE across turns, then GAE inside each turn.
-
-    - `turn_rewards [B, K]`: reward of turn k (0 for turns a trajectory does not have).
-    - `turn_ids [B, T]`: turn of each token, -1 outside turns; only `mask`-1 positions count.
-    - `values [B, T]`, `mask [B, T]`.
-
-    Turn level: the value of turn k is `V_k`, the critic's value at the turn's last trained
-    token; `delta_k = R_k + gamma_turn * V_k+1 - V_k` and
-    `A_k = delta_k + gamma_turn * lam_turn * A_k+1` (`V_K = 0`).
-    Token level inside turn k: the last token gets `A_k`; an earlier token t with next
-    trained token t' of the same turn gets
-    `A_t = gamma_token * V_t' - V_t + gamma_token * lam_token * A_t'` (no rewards inside).
-    Returns `(advantages, returns)`, `returns = advantages + values` on trained tokens.
-    With all gammas and lambdas 1 this equals `gae` on the turn rewards placed at turn ends.
-
-    >>> ids = torch.tensor([[0, 0, 1, 1]])
-    >>> v = torch.tensor([[0.5, 0.5, 0.25, 0.5]])
-    >>> adv, _ = turn_level_gae(torch.tensor([[0.0, 1.0]]), ids, v, torch.ones(1, 4),
-    ...                         gamma_turn=0.5, lam_turn=1.0)
-    >>> adv
-    tensor([[0.0000, 0.0000, 0.7500, 0.5000]])
-    """
-    _check_bt("turn_ids", turn_ids, mask)
-    _check_bt("values", values, mask)
-    values = values.detach()
-    num_turns = turn_rewards.shape[1]
-    last = _turn_last_positions(turn_ids, mask, num_turns)  # [B, K]
-    _check_turns(turn_rewards, last)
-    has_turn = last >= 0
-    turn_values = values.gather(1, last.clamp(min=0)) * has_turn  # [B, K]
-    turn_adv = _masked_gae(
-        turn_rewards.to(values.dtype), turn_values, has_turn, gamma=gamma_turn, lam=lam_turn
-    )  # [B, K]
-    # Inside a turn: reward at the turn's last token is A_k + V_k so that its delta is A_k.
-    seg_rewards = place_turn_rewards(
-        torch.where(has_turn, turn_adv + turn_values, torch.zeros_like(turn_adv)), turn_ids, mask
-    )
-    sel = mask.bool() & (turn_ids >= 0)
-    adv = _masked_gae(
-        seg_rewards, values, sel, gamma=gamma_token, lam=lam_token, segment_ids=turn_ids
-    )
-    returns = torch.where(sel, adv + values, torch.zeros_like(adv))
-    return adv, returns

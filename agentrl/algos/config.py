@@ -15,12 +15,11 @@ config does not import torch)."""
 KLKind = Literal["k1", "k2", "k3"]
 """KL estimator (as `agentrl.algos.losses.KLKind`)."""
 
-Estimator = Literal[
-    "grpo", "rloo", "reinforce++", "gae", "turn-gae", "state-rloo", "state-best", "rft"
-]
+AlgoName = Literal["grpo", "rloo", "reinforce++", "ppo", "gigpo", "rft", "expert-iteration"]
+"""The registered algorithms (`agentrl.algos.ALGORITHMS`); kept here so the config does not
+import torch. A test checks that the two lists agree."""
 
-_CRITIC_ESTIMATORS = ("gae", "turn-gae")
-_GROUP_ESTIMATORS = ("grpo", "rloo")
+_ESTIMATORS = {"ppo": "gae", "rft": "imitation", "expert-iteration": "imitation"}
 
 
 class AlgoConfig(BaseModel):
@@ -28,44 +27,28 @@ class AlgoConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    estimator: Estimator = "grpo"
-    """Advantage estimator: `grpo` (group mean/std), `rloo` (leave-one-out), `reinforce++`
-    (returns-to-go whitened over the batch), `gae` (critic; StarPO trajectory-level when
-    `reward_level` is `trajectory`), `turn-gae` (critic; GAE across turns, then in turns),
-    `state-rloo` (no critic; per-move credit: each turn's return-to-go minus the mean
-    return-to-go of the batch's other visits of the same state, i.e. the same prompt; needs
-    `reward_level: turn`; pair it with `loss_agg: token-mean`, which weighs every move alike,
-    so that equal moves of episodes that share a path cancel exactly),
-    `state-best` (no critic; rollout policy improvement: in each state whose visits' returns
-    differ, the visits with the best return-to-go get advantage 1/k and the others 0, so the
-    update is cross-entropy on each state's best answer; made for all-action branches played
-    on greedily, `trainer.branch_answers: all`; needs `reward_level: turn`),
-    `rft` (rejection-sampling fine-tuning, the imitation baseline: the trainer keeps only the
-    successful trajectories and every token gets advantage 1, i.e. SFT on the policy's own
-    solved episodes, or on a search's solutions with `trainer.search_beam`; every mini-batch
-    takes the plain NLL gradient: no ratio to the rollout's weights, no clip, no importance
-    weight)."""
+    name: AlgoName = "grpo"
+    """The algorithm (`docs/algorithms.md`): which trajectories it keeps, how it assigns
+    credit, its loss and what it needs scored. `grpo` (group mean/std), `rloo`
+    (leave-one-out), `reinforce++` (returns-to-go whitened over the batch): policy gradient,
+    no critic. `ppo`: a critic and GAE (StarPO when `reward_level` is `trajectory`). `gigpo`:
+    GRPO's episode advantage plus a step advantage among the visits of the same state.
+    `rft`: rejection-sampling fine-tuning, the imitation baseline (keeps only the successful
+    episodes; plain NLL, no ratio, clip or importance weight). `expert-iteration`: imitation
+    of the solutions a beam search guided by the policy finds (`search_beam`)."""
     reward_level: Literal["trajectory", "turn"] = "trajectory"
     """`trajectory`: one return per trajectory, the sum of its turn rewards, on its last
     sampled token (StarPO); every token of a trajectory gets one credit. `turn`: each turn's
     reward on that turn's last sampled token, so each move gets its own credit: `grpo` and
     `rloo` use each turn's discounted return-to-go (`turn_gamma`) minus the group's baseline,
-    `reinforce++` and `gae` the per-token returns, `turn-gae` needs `turn`."""
+    `reinforce++` and `ppo` the per-token returns; `gigpo` needs `turn`."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
-    """Discount per sampled token (`gae`, `reinforce++`; inside a turn for `turn-gae`)."""
+    """Discount per sampled token (`ppo`, `reinforce++`)."""
     lam: float = Field(1.0, ge=0.0, le=1.0)
-    """GAE lambda per sampled token (`gae`; inside a turn for `turn-gae`)."""
+    """GAE lambda per sampled token (`ppo`)."""
     turn_gamma: float = Field(1.0, ge=0.0, le=1.0)
-    """Discount across turns (`turn-gae`, `state-rloo`, `state-best`; `grpo` and `rloo` at
+    """Discount across turns (`gigpo`'s step returns; `grpo` and `rloo` at
     `reward_level: turn`)."""
-    turn_lam: float = Field(1.0, ge=0.0, le=1.0)
-    """GAE lambda across turns (`turn-gae` only)."""
-    critic_lam: float | None = Field(None, ge=0.0, le=1.0)
-    """GAE lambda of the critic's targets, in and across turns (`gae`, `turn-gae`), apart from
-    the advantages' `lam` and `turn_lam` (decoupled GAE, VC-PPO: Yuan et al. 2025). 1.0
-    regresses the critic on the plain returns-to-go, with no bootstrap from its own values of
-    later tokens: with `lam` < 1 over many sampled tokens, the targets of a turn's first tokens
-    are almost all the critic's own later values. None: the advantages' lambdas."""
     scale_by_std: bool = True
     """GRPO: divide each advantage by its group's reward std (False: mean-centring only)."""
     std_floor: float = Field(0.0, ge=0.0)
@@ -105,11 +88,7 @@ class AlgoConfig(BaseModel):
     """The first this many training steps fit only the critic on their rollouts; the policy
     does not move (so the critic's baseline is useful from the first policy update). The first
     step starts the value head at the least-squares fit of its returns (local backend).
-    No effect without a critic (so an env's default holds under any preset)."""
-    critic_warmup_epochs: int = Field(1, ge=1)
-    """Passes over each warm-up step's batch (at least `ppo_epochs`). A value head on the
-    policy's trunk needs a few hundred optimizer steps before it predicts returns on rooms it
-    has not seen; several passes per warm-up rollout give it those steps."""
+    Only with a critic (`ppo`)."""
     normalize_rewards: bool = False
     """Divide rewards by the running std of the episode returns seen so far (no shift), so
     the critic regresses targets of unit scale whatever the env's reward scale."""
@@ -129,24 +108,64 @@ class AlgoConfig(BaseModel):
     num_mini_batches: int = Field(1, ge=1)
     """Optimizer steps per epoch (the batch is split into this many mini-batches)."""
 
+    step_weight: float = Field(1.0, ge=0.0)
+    """`gigpo`: weight omega of the step advantage added to the episode advantage."""
+    search_beam: int = Field(8, ge=1)
+    """`expert-iteration`: states the policy-guided beam search keeps per depth, ranked by
+    the policy's cumulative log-probability (1: the greedy policy that never revisits a
+    state)."""
+    search_easy_keep: float = Field(1.0, ge=0.0, le=1.0)
+    """`expert-iteration`: the policy first plays each room greedily; the search runs only in
+    the rooms it fails, and this share of the greedily solved rooms keep their solution as a
+    label (1.0: every room is searched, no greedy pass)."""
+    search_label_tau: float = Field(0.0, ge=0.0, le=1.0)
+    """`expert-iteration`: train each found answer with probability `min(1, (1 - p) / tau)`,
+    `p` the policy's probability of it, at weight 1 over that: the same loss in expectation,
+    but the answers the policy is already sure of mostly skip the update (0: train all)."""
+
     @model_validator(mode="after")
     def _check_combinations(self) -> AlgoConfig:
-        for estimator in ("turn-gae", "state-rloo", "state-best"):
-            if self.estimator == estimator and self.reward_level != "turn":
-                raise ValueError(f"estimator {estimator!r} needs reward_level 'turn'")
+        if self.name == "gigpo" and self.reward_level != "turn":
+            raise ValueError("algo.name gigpo needs algo.reward_level: turn (it credits steps)")
+        acts_only = {
+            "critic_warmup_steps": ("ppo",),
+            "step_weight": ("gigpo",),
+            "search_beam": ("expert-iteration",),
+            "search_easy_keep": ("expert-iteration",),
+            "search_label_tau": ("expert-iteration",),
+        }
+        for key, names in acts_only.items():
+            if key in self.model_fields_set and self.name not in names:
+                default = type(self).model_fields[key].default
+                if getattr(self, key) != default:
+                    raise ValueError(
+                        f"algo.{key} acts only with algo.name: {' or '.join(names)} "
+                        f"(this run's algorithm is {self.name!r}); remove it"
+                    )
         return self
+
+    @property
+    def estimator(self) -> str:
+        """The advantage estimator behind `name` (`gae` for `ppo`, `imitation` for `rft`
+        and `expert-iteration`)."""
+        return _ESTIMATORS.get(self.name, self.name)
+
+    @property
+    def imitation(self) -> bool:
+        """The loss is the plain NLL of the kept trajectories (`rft`, `expert-iteration`)."""
+        return self.estimator == "imitation"
 
     @property
     def clips(self) -> bool:
         """The update takes several optimizer steps per rollout, so the PPO ratio moves away
         from 1 and the clip can act (one step: the ratio is exactly 1, the loss is REINFORCE).
-        Never for `rft`: imitation trains the plain NLL in every mini-batch."""
-        return self.ppo_epochs * self.num_mini_batches > 1 and self.estimator != "rft"
+        Never for imitation: it trains the plain NLL in every mini-batch."""
+        return self.ppo_epochs * self.num_mini_batches > 1 and not self.imitation
 
     @property
     def use_critic(self) -> bool:
-        """A value model is trained (GAE estimators)."""
-        return self.estimator in _CRITIC_ESTIMATORS
+        """A value model is trained (`ppo`)."""
+        return self.name == "ppo"
 
     @property
     def use_reference(self) -> bool:
@@ -166,7 +185,7 @@ class AlgoConfig(BaseModel):
     @property
     def needs_groups(self) -> bool:
         """The estimator or the filter compares trajectories within a group."""
-        group_estimator = self.estimator in _GROUP_ESTIMATORS or (
-            self.estimator == "reinforce++" and self.reinforce_baseline
+        group_estimator = self.name in ("grpo", "rloo", "gigpo") or (
+            self.name == "reinforce++" and self.reinforce_baseline
         )
         return group_estimator or self.use_filter

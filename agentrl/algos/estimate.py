@@ -16,6 +16,7 @@ every estimator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -23,19 +24,10 @@ from torch import Tensor
 
 from agentrl.algos._groups import group_index, group_mean_std
 from agentrl.algos.advantages import (
-    gae,
-    grpo_advantages,
     grpo_scale,
     place_returns_on_last_token,
     place_turn_rewards,
-    reinforce_pp_advantages,
-    rloo_advantages,
-    state_baseline_fit,
-    state_best_advantages,
-    state_rloo_advantages,
     trajectory_returns,
-    turn_level_gae,
-    turn_returns_to_go,
     whiten,
 )
 from agentrl.algos.config import AlgoConfig
@@ -121,6 +113,7 @@ def compute_advantages(
     old_logp: Tensor | None = None,
     ref_logp: Tensor | None = None,
     state_ids: Tensor | None = None,
+    estimate: Estimate | None = None,
 ) -> AdvantageResult:
     """Per-token advantages (and critic targets) for a batch of rows.
 
@@ -130,9 +123,11 @@ def compute_advantages(
     - `values [B, T]`: critic values at rollout time (needed when `algo.use_critic`).
     - `old_logp`, `ref_logp [B, T]`: needed when the KL goes into the reward.
     - `state_ids [B, K]`: the state each turn acted in (`TrainBatch.turn_states`: equal ids
-      for equal prompts, -1 past the last turn); needed by `state-rloo` and `state-best`.
+      for equal prompts, -1 past the last turn); needed by `gigpo`.
+    - `estimate`: the algorithm's credit on the packed rows (default: that of the registered
+      algorithm `algo.name`).
 
-    >>> algo = AlgoConfig(estimator="grpo")
+    >>> algo = AlgoConfig(name="grpo")
     >>> out = compute_advantages(algo, loss_mask=torch.ones(2, 2),
     ...     turn_rewards=torch.tensor([[1.0], [0.0]]), turn_ids=torch.zeros(2, 2, dtype=torch.long),
     ...     group_ids=torch.tensor([0, 0]))
@@ -141,9 +136,9 @@ def compute_advantages(
             [-0.7071, -0.7071]])
     """
     if algo.use_critic and values is None:
-        raise ValueError(f"estimator {algo.estimator!r} needs critic values")
-    if algo.estimator in ("state-rloo", "state-best") and state_ids is None:
-        raise ValueError(f"estimator {algo.estimator!r} needs state_ids (TrainBatch.turn_states)")
+        raise ValueError(f"algorithm {algo.name!r} needs critic values")
+    if algo.name == "gigpo" and state_ids is None:
+        raise ValueError("algorithm 'gigpo' needs state_ids (TrainBatch.turn_states)")
     kl = None
     if algo.use_reference and algo.kl_in_reward:
         if old_logp is None or ref_logp is None:
@@ -151,15 +146,20 @@ def compute_advantages(
         m = loss_mask.bool()
         kl = torch.where(m, kl_penalty(old_logp.detach(), ref_logp, algo.kl_kind), 0.0)
 
+    if estimate is None:
+        from agentrl.algos.base import algorithm_class
+
+        estimate = algorithm_class(algo.name).estimate
     per_turn_rows = traj_ids is not None and torch.unique(traj_ids).numel() < traj_ids.numel()
     if not per_turn_rows:
         return _one_row_each(
-            algo, loss_mask, turn_rewards, turn_ids, group_ids, values, kl, state_ids
+            algo, estimate, loss_mask, turn_rewards, turn_ids, group_ids, values, kl, state_ids
         )
     packed = PackedTrajectories.build(traj_ids, loss_mask)
     first = packed.first_rows
     out = _one_row_each(
         algo,
+        estimate,
         packed.valid.to(loss_mask.dtype),
         turn_rewards[first],
         torch.where(packed.valid, packed.gather(turn_ids), -1),
@@ -176,8 +176,30 @@ def compute_advantages(
     )
 
 
+@dataclass
+class Rewards:
+    """What an estimator sees: one row per trajectory (per-turn rows already packed)."""
+
+    loss_mask: Tensor  # [N, L] 1 on trained tokens
+    token_rewards: Tensor  # [N, L] rewards on tokens, after a KL-in-reward penalty
+    turn_rewards: Tensor  # [N, K] each turn's reward, less the KL of its tokens (KL in reward)
+    turn_ids: Tensor  # [N, L] the turn of each token, -1 outside turns
+    group_ids: Tensor  # [N]
+    values: Tensor | None  # [N, L] critic values at rollout time
+    state_ids: Tensor | None  # [N, K] the state each turn acted in, -1 past the last turn
+
+    def on_turn_tokens(self, turn_values: Tensor) -> Tensor:
+        """`[N, K]` values of each turn on that turn's trained tokens `[N, L]`."""
+        return _on_turn_tokens(turn_values, self.turn_ids, self.loss_mask.bool())
+
+
+Estimate = Callable[[AlgoConfig, Rewards], tuple[Tensor, Tensor | None]]
+"""An algorithm's credit: `(advantages [N, L], critic targets [N, L] or None)`."""
+
+
 def _one_row_each(
     algo: AlgoConfig,
+    estimate: Estimate,
     loss_mask: Tensor,
     turn_rewards: Tensor,
     turn_ids: Tensor,
@@ -188,9 +210,7 @@ def _one_row_each(
 ) -> AdvantageResult:
     """`compute_advantages` for a batch with one row per trajectory."""
     m = loss_mask.bool()
-    mask = m.to(turn_rewards.dtype)
     stats: dict[str, float] = {}
-    value_targets = None
     if algo.reward_level == "trajectory":
         returns = trajectory_returns(turn_rewards)  # [B]
         token_rewards = place_returns_on_last_token(returns, loss_mask)
@@ -199,67 +219,16 @@ def _one_row_each(
     if kl is not None:
         token_rewards = token_rewards - algo.kl_coef * kl
         stats["kl_reward"] = float(kl.sum() / m.sum().clamp(min=1))
-
-    if algo.estimator in ("grpo", "rloo") and algo.reward_level == "trajectory":
-        seq_returns = token_rewards.sum(-1)  # [B] (the KL in the reward included)
-        if algo.estimator == "grpo":
-            adv = grpo_advantages(
-                seq_returns, group_ids, scale_by_std=algo.scale_by_std, std_floor=algo.std_floor
-            )
-        else:
-            adv = rloo_advantages(seq_returns, group_ids)
-        adv = adv.unsqueeze(-1) * mask
-    elif algo.estimator in ("grpo", "rloo"):
-        # Each turn's return-to-go, centred (and scaled) by the group's episode returns.
-        to_go = turn_returns_to_go(
-            _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
-        )  # [B, K]
-        center, scale = _group_center_scale(algo, to_go[:, 0], group_ids)  # [B], [B]
-        adv = _on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1), turn_ids, m)
-    elif algo.estimator in ("state-rloo", "state-best"):
-        to_go = turn_returns_to_go(
-            _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl), gamma=algo.turn_gamma
-        )  # [B, K]
-        if algo.estimator == "state-rloo":
-            # Each turn's return-to-go less the mean of the other visits of the same state.
-            credit = state_rloo_advantages(to_go, state_ids)
-            stats |= state_baseline_fit(to_go, state_ids, credit)
-        else:  # cross-entropy on each state's best answer, where the state's visits disagree
-            credit = state_best_advantages(to_go, state_ids)
-            stats["labelled_states"] = float(credit.sum())
-        adv = _on_turn_tokens(credit, turn_ids, m)
-    elif algo.estimator == "rft":  # the trainer kept only successful trajectories
-        adv = mask.clone()
-    elif algo.estimator == "reinforce++":
-        groups = group_ids if algo.reinforce_baseline else None
-        adv = reinforce_pp_advantages(token_rewards, loss_mask, gamma=algo.gamma, group_ids=groups)
-    elif algo.estimator == "gae":
-        adv, value_targets = gae(token_rewards, values, loss_mask, gamma=algo.gamma, lam=algo.lam)
-        if algo.critic_lam is not None and algo.critic_lam != algo.lam:
-            value_targets = gae(
-                token_rewards, values, loss_mask, gamma=algo.gamma, lam=algo.critic_lam
-            )[1]
-    elif algo.estimator == "turn-gae":
-        turn_r = _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl)
-
-        def level_gae(lam_turn: float, lam_token: float) -> tuple[Tensor, Tensor]:
-            return turn_level_gae(
-                turn_r,
-                turn_ids,
-                values,
-                loss_mask,
-                gamma_turn=algo.turn_gamma,
-                lam_turn=lam_turn,
-                gamma_token=algo.gamma,
-                lam_token=lam_token,
-            )
-
-        adv, value_targets = level_gae(algo.turn_lam, algo.lam)
-        if algo.critic_lam is not None and (algo.critic_lam,) * 2 != (algo.turn_lam, algo.lam):
-            value_targets = level_gae(algo.critic_lam, algo.critic_lam)[1]
-    else:  # pragma: no cover - the config's Literal rules this out
-        raise ValueError(f"unknown estimator {algo.estimator!r}")
-
+    rewards = Rewards(
+        loss_mask,
+        token_rewards,
+        _charge_kl_to_turns(algo, turn_rewards, turn_ids, m, kl),
+        turn_ids,
+        group_ids,
+        values,
+        state_ids,
+    )
+    adv, value_targets = estimate(algo, rewards)
     if algo.whiten_advantages:
         adv = whiten(adv, loss_mask)
     n = m.sum().clamp(min=1)
@@ -282,7 +251,7 @@ def _charge_kl_to_turns(
     return turn_rewards - algo.kl_coef * kl_turn
 
 
-def _group_center_scale(
+def group_center_scale(
     algo: AlgoConfig, returns: Tensor, group_ids: Tensor
 ) -> tuple[Tensor, Tensor]:
     """The baseline each group estimator subtracts from a return `[B]` and the factor it then

@@ -1,5 +1,5 @@
-"""The `agentrl` command line. Each command group lives beside the code it drives; heavy
-libraries (torch, transformers, vllm, ray, docker) are imported inside the commands."""
+"""The `agentrl` command line: every command, one module per command group; heavy libraries
+(torch, transformers, vllm, ray, docker) are imported inside the commands."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from types import FrameType
 
 import typer
 
-from agentrl.envs._cli import envs_app, play
-from agentrl.rollout._cli import rollout_cmd
-from agentrl.sandbox._cli import app as sandbox_app
-from agentrl.sft._cli import sft
-from agentrl.train._cli import register as register_train_commands
-from agentrl.trajectory._cli import view
+from agentrl.cli.envs import envs_app, play
+from agentrl.cli.rollout import rollout_cmd
+from agentrl.cli.sandbox import app as sandbox_app
+from agentrl.cli.sft import sft
+from agentrl.cli.train import register as register_train_commands
+from agentrl.cli.view import view
 
 app = typer.Typer(
     name="agentrl",

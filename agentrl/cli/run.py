@@ -26,7 +26,7 @@ def _progress(console: Console) -> Progress:
 
 def _headline(metrics: dict[str, float]) -> tuple[str, str]:
     """The step's reward and success for the progress line. An expert-iteration step
-    (`trainer.search_beam`) samples no episode: its success is the share of rooms the search
+    (`algo.name: expert-iteration`) samples no episode: its success is the share of rooms the search
     solved, marked as such.
 
     >>> _headline({"reward/mean": 1.5, "success_rate": 0.25})

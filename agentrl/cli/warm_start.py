@@ -32,7 +32,6 @@ def sft_config(cfg: Any) -> Any:
         num_epochs=ws.num_epochs,
         batch_size=ws.batch_size,
         max_actions_per_turn=ws.max_actions_per_turn,
-        expert_noise=ws.noise,
         max_context_tokens=cfg.rollout.max_context_tokens,
         history_turns=cfg.rollout.history_turns,
         optim={"lr": ws.lr, "cycles": ws.lr_cycles, "cycle_decay": ws.lr_cycle_decay},

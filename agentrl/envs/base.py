@@ -96,20 +96,20 @@ class TokenEnv(gym.Env):
 
     def candidate_answers(self) -> list[str]:
         """Every answer worth trying in the current state, for all-action branches
-        (`trainer.branch_states`): an env with a small set of moves lists one answer per
+        (expert iteration's search): an env with a small set of moves lists one answer per
         move. The default, `[]`, means the env offers none, and no branch is made.
         """
         return []
 
     def state_key(self) -> Hashable | None:
-        """A key of the current state for search (`trainer.search_beam`): states with equal
+        """A key of the current state for search (`algo.search_beam`): states with equal
         keys are the same position whatever budget is left, so a search expands only the
         first it reaches. The default, None, makes the observation text the key."""
         return None
 
     def clone(self) -> TokenEnv:
         """An independent copy of the env, mid-episode: stepping one leaves the other as it
-        was (search, `trainer.search_beam`, plays each answer in a clone). The default is
+        was (search, `algo.search_beam`, plays each answer in a clone). The default is
         `copy.deepcopy(self)`; an env whose state is cheaper to copy overrides it."""
         return copy.deepcopy(self)
 

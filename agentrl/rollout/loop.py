@@ -47,6 +47,9 @@ class RolloutResult:
 
     trajectories: list[Trajectory]
     metrics: dict[str, float] = field(default_factory=dict)
+    sampled: bool = True
+    """The trajectories are the policy's own samples (False: labels, such as a search's
+    solutions, which success-rate and reward metrics leave out)."""
 
 
 class _Failure(Exception):

@@ -105,27 +105,10 @@ class LoraConfig(_Section):
 
 class CollapseConfig(_Section):
     """Early warning of the "Echo Trap": in-group reward std and entropy fall, then the grad
-    norm spikes. Each signal compares the latest step with the mean of the earlier window."""
+    norm spikes (thresholds: `agentrl.runtime.metrics.CollapseDetector`)."""
 
     enabled: bool = True
     """Emit the `collapse_warning` metric and a warning line."""
-    window: int = Field(default=5, gt=1)
-    """Steps of history the latest step is compared with."""
-    reward_std_drop: float = Field(default=0.5, gt=0, le=1)
-    """Signal when the in-group reward std falls below this fraction of the window mean."""
-    entropy_drop: float = Field(default=0.5, gt=0, le=1)
-    """Signal when the entropy falls below this fraction of the window mean."""
-    grad_norm_spike: float = Field(default=3.0, gt=1)
-    """Signal when the grad norm exceeds this multiple of the window mean."""
-    min_signals: int = Field(default=2, ge=1, le=3)
-    """Signals that must fire together to raise the warning."""
-    max_parse_failure: float = Field(default=0.5, gt=0, le=1)
-    """Warn on every step where at least this fraction of the turns' answers did not parse: the
-    policy has fallen out of the answer format (on its own, whatever `min_signals` says)."""
-    dead_steps: int = Field(default=10, ge=1)
-    """Warn on every step once this many steps in a row had no reward difference inside any
-    group (on its own): a group-relative estimator then has nothing to learn from, and a run
-    whose every answer fails stays where it is, where the relative signals above stop firing."""
 
 
 class LoggingConfig(_Section):

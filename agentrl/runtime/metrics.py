@@ -53,28 +53,43 @@ ABSOLUTE_SIGNALS = ("parse_failures", "no_reward_variance")
 class CollapseDetector:
     """The "Echo Trap" early warning: in-group reward std and entropy fall, grad norm spikes.
 
-    Each of those signals compares the latest value with the mean of the previous `window`
-    steps; the warning fires when at least `min_signals` fire together. Two absolute signals
+    Each of those signals compares the latest value with the mean of the previous `WINDOW`
+    steps; the warning fires when at least `MIN_SIGNALS` fire together. Two absolute signals
     raise it on their own, on every step they hold, so that a dead run keeps saying so:
-    `parse_failures` (at least `max_parse_failure` of the answers did not parse) and
-    `no_reward_variance` (`dead_steps` steps in a row where no group's episodes differed).
+    `parse_failures` (at least `MAX_PARSE_FAILURE` of the answers did not parse) and
+    `no_reward_variance` (`DEAD_STEPS` steps in a row where no group's episodes differed).
 
-    >>> d = CollapseDetector(CollapseConfig(window=2, min_signals=2))
-    >>> [d.update(reward_std=1.0, entropy=2.0, grad_norm=1.0)[0] for _ in range(2)]
-    [False, False]
+    >>> d = CollapseDetector(CollapseConfig())
+    >>> [d.update(reward_std=1.0, entropy=2.0, grad_norm=1.0)[0] for _ in range(5)]
+    [False, False, False, False, False]
     >>> d.update(reward_std=0.1, entropy=0.5, grad_norm=1.0)
     (True, ['reward_std', 'entropy'])
-    >>> d = CollapseDetector(CollapseConfig(dead_steps=2))
+    >>> d = CollapseDetector(CollapseConfig())
     >>> d.update(reward_std=0.3, entropy=0.5, grad_norm=1.0, parse_failure_rate=0.9)
     (True, ['parse_failures'])
-    >>> [d.update(reward_std=0.0, entropy=0.0, grad_norm=0.0)[1] for _ in range(2)]
+    >>> [d.update(reward_std=0.0, entropy=0.0, grad_norm=0.0)[1] for _ in range(10)][-2:]
     [[], ['no_reward_variance']]
     """
+
+    WINDOW = 5
+    """Steps of history the latest step is compared with."""
+    REWARD_STD_DROP = 0.5
+    """Signal when the in-group reward std falls below this fraction of the window mean."""
+    ENTROPY_DROP = 0.5
+    """Signal when the entropy falls below this fraction of the window mean."""
+    GRAD_NORM_SPIKE = 3.0
+    """Signal when the grad norm exceeds this multiple of the window mean."""
+    MIN_SIGNALS = 2
+    """Signals that must fire together to raise the warning."""
+    MAX_PARSE_FAILURE = 0.5
+    """Warn on every step where at least this share of the answers did not parse."""
+    DEAD_STEPS = 10
+    """Warn on every step once this many steps in a row had no reward difference in any group."""
 
     def __init__(self, cfg: CollapseConfig) -> None:
         self.cfg = cfg
         self.history: dict[str, deque[float]] = {
-            k: deque(maxlen=cfg.window) for k in ("reward_std", "entropy", "grad_norm")
+            k: deque(maxlen=self.WINDOW) for k in ("reward_std", "entropy", "grad_norm")
         }
         self.steps_without_variance = 0
 
@@ -104,26 +119,26 @@ class CollapseDetector:
         """Add one step; return (warning, names of the signals that fired)."""
         latest = {"reward_std": reward_std, "entropy": entropy, "grad_norm": grad_norm}
         fired = []
-        if all(len(h) == self.cfg.window for h in self.history.values()):
+        if all(len(h) == self.WINDOW for h in self.history.values()):
             mean = {k: float(np.mean(h)) for k, h in self.history.items()}
             if (
                 mean["reward_std"] > 0
-                and reward_std < self.cfg.reward_std_drop * mean["reward_std"]
+                and reward_std < self.REWARD_STD_DROP * mean["reward_std"]
             ):
                 fired.append("reward_std")
-            if mean["entropy"] > 0 and entropy < self.cfg.entropy_drop * mean["entropy"]:
+            if mean["entropy"] > 0 and entropy < self.ENTROPY_DROP * mean["entropy"]:
                 fired.append("entropy")
-            if mean["grad_norm"] > 0 and grad_norm > self.cfg.grad_norm_spike * mean["grad_norm"]:
+            if mean["grad_norm"] > 0 and grad_norm > self.GRAD_NORM_SPIKE * mean["grad_norm"]:
                 fired.append("grad_norm")
         for k, v in latest.items():
             if math.isfinite(v):
                 self.history[k].append(v)
-        relative = len(fired) >= self.cfg.min_signals
-        if parse_failure_rate >= self.cfg.max_parse_failure:
+        relative = len(fired) >= self.MIN_SIGNALS
+        if parse_failure_rate >= self.MAX_PARSE_FAILURE:
             fired.append("parse_failures")
         if math.isfinite(reward_std):
             self.steps_without_variance = (self.steps_without_variance + 1) * (reward_std == 0)
-        if self.steps_without_variance >= self.cfg.dead_steps:
+        if self.steps_without_variance >= self.DEAD_STEPS:
             fired.append("no_reward_variance")
         absolute = any(name in ABSOLUTE_SIGNALS for name in fired)
         return self.cfg.enabled and (relative or absolute), fired

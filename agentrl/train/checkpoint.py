@@ -44,8 +44,6 @@ class TrainerState:
     collapse_history: dict[str, list[float]] = field(default_factory=dict)
     """Recent values of the collapse early-warning signals (so a resume warns alike)."""
     return_stats: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    replay_seeds: list[int] = field(default_factory=list)
-    """Seeds whose group had mixed outcomes, waiting to be replayed (`replay_mixed_frac`)."""
     """Running `[count, mean, M2]` of the episode returns (`algo.normalize_rewards`)."""
 
 

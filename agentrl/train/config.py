@@ -37,58 +37,6 @@ class TrainerConfig(_Section):
     """Training steps (rollout + update) in the run."""
     num_groups: int = Field(default=4, gt=0)
     """Initial states (env seeds) per step; each is rolled out `rollout.group_size` times."""
-    replay_mixed_frac: float = Field(default=0.0, ge=0.0, le=1.0)
-    """Learnability curriculum: this share of each step's groups replays recent seeds whose
-    group had mixed outcomes (some episodes succeeded, some not: where the gradient is), each
-    once; the rest are fresh seeds, so rooms the policy already solves keep coming and are not
-    forgotten. 0: fresh seeds only."""
-    branch_states: int = Field(default=0, ge=0)
-    """All-action branches (`agentrl.train.branch`): at up to this many distinct states the
-    step's episodes visited, every other answer the env offers (`candidate_answers`) is played
-    and the policy plays on from there, so `state-rloo` credits moves the policy would not
-    have tried. Needs `algo.estimator: state-rloo` or `state-best`, `rollout.history_turns: 0`
-    and the local backend. 0: off."""
-    branch_failed_first: bool = False
-    """With `branch_states`: draw the states that failed episodes passed through first (where
-    a move went wrong), then the others."""
-    branch_answers: Literal["unvisited", "all"] = "unvisited"
-    """With `branch_states`: `unvisited` plays the answers no visit of the state gave, and the
-    step trains on its episodes and the branches; `all` plays every candidate answer in each
-    drawn state and trains on the branches only (the sampled episodes only choose the
-    states; with `algo.estimator: state-best`, only the forced answers), so that every answer
-    of a state is judged by the same continuation policy."""
-    branch_temperature: float | None = Field(default=None, ge=0.0)
-    """With `branch_states`: the temperature the policy plays on at after a forced answer
-    (0: greedy, so each answer's return is the deterministic value of that answer followed
-    by the greedy policy). None: `rollout.sampling.temperature`."""
-    label_replay_steps: int = Field(default=0, ge=0)
-    """With `algo.estimator: state-best`: each update also trains the labelled answers of the
-    last this many steps (a replay buffer of labels; their logprobs are re-scored with the
-    current weights before the update), so a label is learned from more than once. A
-    state's best answer under the policy that labelled it stays a good answer while the
-    policy improves. The buffer is not checkpointed: a resumed run starts it empty. 0: off."""
-    search_beam: int = Field(default=0, ge=0)
-    """Expert iteration (`agentrl.train.search`): instead of sampling episodes, each step a
-    beam search of this width, guided by the policy's log-probabilities, plays the env's
-    candidate answers from each of the step's `num_groups` rooms; the solutions it finds are
-    the step's trajectories, and `algo.estimator: rft` imitates them. Needs
-    `rollout.history_turns: 0`, the local backend and an env that lists candidate answers
-    and can be copied mid-episode. 0: off (sample episodes)."""
-    search_easy_keep: float = Field(default=1.0, ge=0.0, le=1.0)
-    """With `search_beam`: the share of rooms the policy's greedy play already solves (its
-    best answer at every turn, without returning to a state) whose greedy solution is kept
-    as a label. Rooms greedy play fails get the full
-    beam. 1.0: every room is searched with the full beam and every solution kept. Below 1,
-    a step's labels lean to the rooms the policy fails, and the kept easy rooms replay what it
-    already does so that it does not forget them; raise `num_groups` to keep the number of
-    labels a step."""
-    search_label_tau: float = Field(default=0.0, ge=0.0, le=1.0)
-    """With `search_beam`: train each answer of the solutions with probability
-    `min(1, (1 - p) / search_label_tau)`, `p` the policy's probability of it when the search
-    played it, and weigh the kept ones by 1 over that probability
-    (`agentrl.train.search.sample_labels`). The loss stays an unbiased estimate of the full
-    one, but the answers the policy is already sure of (a gradient of about `1 - p`) are
-    mostly skipped, so an update costs less. 0: train every answer."""
     first_seed: int = Field(default=500_000, ge=0)
     """RL training seeds are drawn from `[first_seed, eval.seed_offset)`: above the warm
     start's expert seeds (which start at 0) and below the validation seeds, so RL never
@@ -162,9 +110,6 @@ class WarmStartConfig(_Section):
     """The cosine schedule restarts this many times (`optim.cycles` of the SFT)."""
     lr_cycle_decay: float = Field(default=1.0, gt=0, le=1)
     """Each restart's peak LR is this times the previous one's (`optim.cycle_decay`)."""
-    noise: float = Field(default=0.0, ge=0, lt=1)
-    """Chance that an expert turn plays a random answer instead (DART; `SFTConfig.expert_noise`):
-    the expert's later answers then cover states off its own path."""
     checkpoint_every_s: float | None = Field(default=120.0, ge=0)
     """Seconds of warm-start training between checkpoints, from which `agentrl train --resume`
     continues it (`SFTConfig.checkpoint_every_s`); 0: after every step, None: never."""

@@ -24,7 +24,7 @@ DEFAULT_KEYS = (
 )
 """Metrics drawn when present in at least one run and not the same number throughout, one
 panel each (`search/*`: the policy's greedy success on each step's new rooms, and what the
-search solved, for `trainer.search_beam` runs)."""
+search solved, for `algo.name: expert-iteration` runs)."""
 
 
 def plot_runs(

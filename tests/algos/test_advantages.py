@@ -17,7 +17,6 @@ from agentrl.algos.advantages import (
     reinforce_pp_advantages,
     rloo_advantages,
     trajectory_returns,
-    turn_level_gae,
     whiten,
 )
 
@@ -214,51 +213,6 @@ def test_placing_rewards_fails_loudly_when_they_would_be_lost() -> None:
 
 def test_trajectory_returns_sum_turn_rewards() -> None:
     close(trajectory_returns(torch.tensor([[0.5, -0.1, 1.0], [1.0, 0.0, 0.0]])), [1.4, 1.0])
-
-
-# ---------------------------------------------------------------- turn-level GAE
-
-
-def test_turn_level_gae_hand_computed() -> None:
-    # turn 0: trained positions 1, 2 (3 is its observation); turn 1: positions 4, 5
-    # V_turn0 = v[2] = 0.4, V_turn1 = v[5] = 0.6; gamma_turn 0.9, lam_turn 0.5
-    # turn 1: A = 1.0 - 0.6 = 0.4
-    # turn 0: delta = 0.5 + 0.9 * 0.6 - 0.4 = 0.64, A = 0.64 + 0.45 * 0.4 = 0.82
-    # inside turns, gamma_token 0.8, lam_token 0.5:
-    # pos 4: 0.8 * 0.6 - 0.3 + 0.4 * 0.4 = 0.34; pos 1: 0.8 * 0.4 - 0.2 + 0.4 * 0.82 = 0.448
-    turn_ids = torch.tensor([[-1, 0, 0, 0, 1, 1]])
-    mask = torch.tensor([[0, 1, 1, 0, 1, 1]])
-    values = torch.tensor([[9.0, 0.2, 0.4, 9.0, 0.3, 0.6]])
-    adv, ret = turn_level_gae(
-        torch.tensor([[0.5, 1.0]]),
-        turn_ids,
-        values,
-        mask,
-        gamma_turn=0.9,
-        lam_turn=0.5,
-        gamma_token=0.8,
-        lam_token=0.5,
-    )
-    close(adv, [[0.0, 0.448, 0.82, 0.0, 0.34, 0.4]])
-    close(ret, [[0.0, 0.648, 1.22, 0.0, 0.64, 1.0]])
-
-
-@FAST
-@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**31 - 1))
-def test_turn_level_gae_with_unit_discounts_equals_gae(bsz, num_turns, turn_len, seed) -> None:
-    g = torch.Generator().manual_seed(seed)
-    # each turn: turn_len sampled tokens then one observation token (mask 0)
-    per_turn = [1] * turn_len + [0]
-    mask = torch.tensor([per_turn * num_turns] * bsz)
-    turn_ids = torch.tensor([[k for k in range(num_turns) for _ in per_turn]] * bsz)
-    values = torch.randn(mask.shape, generator=g, dtype=torch.float64)
-    turn_rewards = torch.randn(bsz, num_turns, generator=g, dtype=torch.float64)
-    adv, ret = turn_level_gae(turn_rewards, turn_ids, values, mask, gamma_turn=1.0, lam_turn=1.0)
-    ref_adv, ref_ret = gae(
-        place_turn_rewards(turn_rewards, turn_ids, mask), values, mask, gamma=1.0, lam=1.0
-    )
-    close(adv, ref_adv, 1e-9)
-    close(ret, ref_ret, 1e-9)
 
 
 def test_whiten() -> None:

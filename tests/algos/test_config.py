@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from pydantic import ValidationError
 
-from agentrl.algos.config import AlgoConfig
+from agentrl.algos.base import ALGORITHMS, algorithm_class
+from agentrl.algos.config import AlgoConfig, AlgoName
 from agentrl.algos.presets import (
     UnknownPresetError,
     list_presets,
@@ -18,12 +21,13 @@ def test_config_keys_snapshot() -> None:
     # New keys must show up in review: update this list together with docs/algorithms.md.
     assert sorted(AlgoConfig.model_fields) == sorted(
         [
-            "estimator", "reward_level", "gamma", "lam", "turn_gamma", "turn_lam", "critic_lam",
-            "scale_by_std", "reinforce_baseline", "whiten_advantages", "clip_eps_low",
-            "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward",
-            "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
-            "tis_cap", "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
-            "critic_warmup_epochs", "normalize_rewards",
+            "name", "reward_level", "gamma", "lam", "turn_gamma", "scale_by_std",
+            "reinforce_baseline", "whiten_advantages", "clip_eps_low", "clip_eps_high",
+            "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward", "entropy_coef",
+            "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std", "tis_cap",
+            "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
+            "normalize_rewards", "step_weight", "search_beam", "search_easy_keep",
+            "search_label_tau",
         ]
     )  # fmt: skip
     for name, field in AlgoConfig.model_fields.items():
@@ -36,29 +40,52 @@ def test_unknown_keys_and_bad_values_are_errors() -> None:
     with pytest.raises(ValidationError, match="dual_clip_c"):
         AlgoConfig(dual_clip_c=0.5)
     with pytest.raises(ValidationError, match="turn-gae"):
-        AlgoConfig(estimator="turn-gae")
+        AlgoConfig(name="turn-gae")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="name"):
+        AlgoConfig(name="ddpg")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="estimator"):
-        AlgoConfig(estimator="ddpg")  # type: ignore[arg-type]
+        AlgoConfig(estimator="gae")  # type: ignore[call-arg]
 
 
 def test_derived_properties() -> None:
-    assert AlgoConfig(estimator="gae").use_critic
-    assert AlgoConfig(estimator="turn-gae", reward_level="turn").use_critic
-    assert not AlgoConfig(estimator="grpo").use_critic
+    assert AlgoConfig(name="ppo").use_critic and AlgoConfig(name="ppo").estimator == "gae"
+    assert not AlgoConfig(name="grpo").use_critic
     assert not AlgoConfig(kl_coef=0.0).use_reference
     cfg = AlgoConfig(kl_coef=0.01, kl_in_reward=True)
     assert cfg.use_reference and not cfg.use_kl_loss
-    assert AlgoConfig(estimator="gae", filter_keep_ratio=0.5).needs_groups
-    assert not AlgoConfig(estimator="gae").needs_groups
-    assert not AlgoConfig(estimator="reinforce++", reinforce_baseline=False).needs_groups
+    assert AlgoConfig(name="ppo", filter_keep_ratio=0.5).needs_groups
+    assert not AlgoConfig(name="ppo").needs_groups
+    assert not AlgoConfig(name="reinforce++", reinforce_baseline=False).needs_groups
     assert not AlgoConfig().clips and AlgoConfig(num_mini_batches=2).clips
     assert AlgoConfig(ppo_epochs=2).clips
 
 
+def test_algo_names_are_the_registered_algorithms() -> None:
+    # AlgoName is spelled out in the config so that it does not import torch; the registry
+    # must agree with it both ways.
+    for name in get_args(AlgoName):
+        assert algorithm_class(name).name == name
+    assert sorted(ALGORITHMS) == sorted(get_args(AlgoName))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "owner"),
+    [
+        ("search_beam", 4, "expert-iteration"),
+        ("search_easy_keep", 0.5, "expert-iteration"),
+        ("search_label_tau", 0.1, "expert-iteration"),
+        ("critic_warmup_steps", 2, "ppo"),
+    ],
+)
+def test_keys_of_one_algorithm_are_rejected_elsewhere(key, value, owner) -> None:
+    with pytest.raises(ValueError, match=f"algo.{key}"):
+        AlgoConfig(name="grpo", **{key: value})
+    assert getattr(AlgoConfig(name=owner, **{key: value}), key) == value
+
+
 def test_all_presets_ship_and_validate() -> None:
     assert list_presets() == [
-        "expert-iteration", "expert-iteration-focus", "grpo", "policy-iteration", "ppo", "reinforce++", "rloo", "starpo",
-        "starpo-s", "state-rloo",
+        "expert-iteration", "gigpo", "grpo", "ppo", "reinforce++", "rloo", "starpo", "starpo-s",
     ]  # fmt: skip
     for name in list_presets():
         tree = load_preset(name)

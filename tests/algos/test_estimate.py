@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentrl.algos.advantages import grpo_advantages, state_best_advantages
+from agentrl.algos.advantages import grpo_advantages
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.estimate import compute_advantages
 from agentrl.algos.presets import list_presets, preset_algo_config
@@ -58,7 +58,7 @@ def test_every_preset_gives_finite_advantages_on_trained_tokens_only(preset) -> 
 
 def test_starpo_trajectory_level_gae_is_return_minus_value() -> None:
     mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
-    algo = AlgoConfig(estimator="gae", gamma=1.0, lam=1.0)
+    algo = AlgoConfig(name="ppo", gamma=1.0, lam=1.0)
     out = compute_advantages(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=groups,
         values=values,
@@ -70,7 +70,7 @@ def test_starpo_trajectory_level_gae_is_return_minus_value() -> None:
 
 def test_turn_reward_level_gae_places_rewards_at_turn_ends() -> None:
     mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
-    algo = AlgoConfig(estimator="gae", reward_level="turn", gamma=0.5, lam=1.0)
+    algo = AlgoConfig(name="ppo", reward_level="turn", gamma=0.5, lam=1.0)
     out = compute_advantages(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=groups,
         values=values,
@@ -88,7 +88,7 @@ def test_grpo_counts_each_trajectory_once_with_per_turn_rows() -> None:
     turn_ids = torch.tensor([[-1, 0, 0], [0, 0, 1], [0, 0, -1]])
     turn_rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
     out = compute_advantages(
-        AlgoConfig(estimator="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
+        AlgoConfig(name="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
         turn_ids=turn_ids, group_ids=torch.tensor([4, 4, 4]), traj_ids=torch.tensor([0, 0, 1]),
     )  # fmt: skip
     a = 1 / math.sqrt(2)
@@ -102,7 +102,7 @@ def test_kl_in_reward_lowers_the_return_of_the_drifting_trajectory() -> None:
     turn_ids = torch.zeros(2, 2, dtype=torch.long)
     turn_rewards = torch.tensor([[1.0], [1.0]])
     logp = torch.tensor([[0.5, 0.5], [0.0, 0.0]])
-    algo = AlgoConfig(estimator="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True)
+    algo = AlgoConfig(name="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True)
     out = compute_advantages(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids,
         group_ids=torch.tensor([0, 0]), old_logp=logp, ref_logp=torch.zeros(2, 2),
@@ -119,7 +119,7 @@ def test_kl_in_reward_lowers_the_return_of_the_drifting_trajectory() -> None:
 def test_grpo_path_equals_the_pure_function() -> None:
     mask, turn_ids, turn_rewards, groups, *_ = _batch()
     out = compute_advantages(
-        AlgoConfig(estimator="grpo", scale_by_std=False), loss_mask=mask,
+        AlgoConfig(name="grpo", scale_by_std=False), loss_mask=mask,
         turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=groups,
     )  # fmt: skip
     expected = grpo_advantages(turn_rewards.sum(-1), groups, scale_by_std=False)
@@ -130,7 +130,7 @@ def test_critic_estimators_need_values() -> None:
     mask, turn_ids, turn_rewards, groups, *_ = _batch()
     with pytest.raises(ValueError, match="critic values"):
         compute_advantages(
-            AlgoConfig(estimator="gae"), loss_mask=mask, turn_rewards=turn_rewards,
+            AlgoConfig(name="ppo"), loss_mask=mask, turn_rewards=turn_rewards,
             turn_ids=turn_ids, group_ids=groups,
         )  # fmt: skip
 
@@ -142,7 +142,7 @@ def test_reinforce_pp_baseline_over_trajectories_with_per_turn_rows() -> None:
     turn_ids = torch.tensor([[-1, 0, 0], [0, 0, 1], [0, 0, -1]])
     turn_rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
     out = compute_advantages(
-        AlgoConfig(estimator="reinforce++"), loss_mask=mask, turn_rewards=turn_rewards,
+        AlgoConfig(name="reinforce++"), loss_mask=mask, turn_rewards=turn_rewards,
         turn_ids=turn_ids, group_ids=torch.tensor([4, 4, 4]), traj_ids=torch.tensor([0, 0, 1]),
     )  # fmt: skip
     hi, lo = 0.4 / math.sqrt(0.24), -0.6 / math.sqrt(0.24)
@@ -152,32 +152,20 @@ def test_reinforce_pp_baseline_over_trajectories_with_per_turn_rows() -> None:
 # -- per-turn rows give the credit one prefix-preserving row gives ---------------------------
 
 _GOLDEN_CONFIGS = {
-    "grpo": dict(estimator="grpo"),
-    "grpo-floor": dict(estimator="grpo", std_floor=0.5),
-    "grpo-turn": dict(estimator="grpo", reward_level="turn", turn_gamma=0.9),
+    "grpo": dict(name="grpo"),
+    "grpo-floor": dict(name="grpo", std_floor=0.5),
+    "grpo-turn": dict(name="grpo", reward_level="turn", turn_gamma=0.9),
     "rloo-turn-kl": dict(
-        estimator="rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
+        name="rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
     ),
-    "rloo-kl": dict(estimator="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True),
-    "reinforce++": dict(estimator="reinforce++", gamma=0.95),
-    "reinforce++-turn": dict(estimator="reinforce++", reward_level="turn", gamma=0.95),
-    "gae": dict(estimator="gae", gamma=0.99, lam=0.95, whiten_advantages=True),
-    "gae-turn-kl": dict(
-        estimator="gae", reward_level="turn", gamma=0.99, lam=0.9, kl_coef=0.05,
+    "rloo-kl": dict(name="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True),
+    "reinforce++": dict(name="reinforce++", gamma=0.95),
+    "reinforce++-turn": dict(name="reinforce++", reward_level="turn", gamma=0.95),
+    "ppo": dict(name="ppo", gamma=0.99, lam=0.95, whiten_advantages=True),
+    "ppo-turn-kl": dict(
+        name="ppo", reward_level="turn", gamma=0.99, lam=0.9, kl_coef=0.05,
         kl_kind="k1", kl_in_reward=True,
     ),
-    "turn-gae": dict(
-        estimator="turn-gae", reward_level="turn", turn_gamma=0.9, turn_lam=0.95, lam=0.9
-    ),
-    "turn-gae-kl": dict(
-        estimator="turn-gae", reward_level="turn", turn_gamma=1.0, turn_lam=0.8, kl_coef=0.1,
-        kl_kind="k3", kl_in_reward=True,
-    ),
-    "state-rloo": dict(estimator="state-rloo", reward_level="turn", turn_gamma=0.9),
-    "state-rloo-kl": dict(
-        estimator="state-rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
-    ),
-    "state-best": dict(estimator="state-best", reward_level="turn", turn_gamma=0.9),
 }  # fmt: skip
 
 
@@ -268,7 +256,7 @@ def test_turn_level_grpo_credits_each_move_by_its_return_to_go() -> None:
     mask = torch.tensor([[1, 1], [1, 1]])
     turn_ids = torch.tensor([[0, 1], [0, 1]])
     out = compute_advantages(
-        AlgoConfig(estimator="grpo", reward_level="turn"), loss_mask=mask,
+        AlgoConfig(name="grpo", reward_level="turn"), loss_mask=mask,
         turn_rewards=torch.tensor([[0.5, 1.0], [0.0, 0.0]]), turn_ids=turn_ids,
         group_ids=torch.tensor([0, 0]),
     )  # fmt: skip
@@ -282,68 +270,9 @@ def test_turn_level_grpo_credits_each_move_by_its_return_to_go() -> None:
         group_ids=torch.tensor([0, 0]),
     )
     close(
-        compute_advantages(AlgoConfig(estimator="grpo", reward_level="turn"), **single).advantages,
-        compute_advantages(AlgoConfig(estimator="grpo"), **single).advantages,
+        compute_advantages(AlgoConfig(name="grpo", reward_level="turn"), **single).advantages,
+        compute_advantages(AlgoConfig(name="grpo"), **single).advantages,
     )
-
-
-def test_state_rloo_credits_the_move_where_episodes_part_and_not_the_shared_ones() -> None:
-    # Three 3-turn episodes of one room. All act in state 1 first and 2 next; there two of
-    # them move on to state 3 and solve it (turn rewards -0.1, -0.1, +10.9), the third bumps a
-    # wall into state 4 and fails (-0.1 each turn).
-    solved, failed = [-0.1, -0.1, 10.9], [-0.1, -0.1, -0.1]
-    out = compute_advantages(
-        AlgoConfig(estimator="state-rloo", reward_level="turn"),
-        loss_mask=torch.ones(3, 3), turn_ids=torch.tensor([[0, 1, 2]] * 3),
-        turn_rewards=torch.tensor([solved, solved, failed]), group_ids=torch.zeros(3),
-        state_ids=torch.tensor([[1, 2, 3], [1, 2, 3], [1, 2, 4]]),
-    )  # fmt: skip
-    # state 1: returns-to-go 10.7, 10.7, -0.3: leave-one-out 10.7 - 5.2 = 5.5, -0.3 - 10.7 = -11
-    # state 2: 10.8, 10.8, -0.2 likewise; state 3: 10.9 and 10.9 (no difference); state 4:
-    # visited once (no baseline, 0)
-    close(out.advantages, torch.tensor([[5.5, 5.5, 0], [5.5, 5.5, 0], [-11, -11, 0]]), 1e-4)
-    # the same first move in every episode: its credit sums to zero over the group
-    close(out.advantages[:, 0].sum(), torch.tensor(0.0), 1e-4)
-    # the baseline's fit: 8 of the 9 turns have one; over them, returns-to-go against residuals
-    targets = torch.tensor([10.7, 10.7, -0.3, 10.8, 10.8, -0.2, 10.9, 10.9], dtype=torch.float64)
-    residuals = torch.tensor([5.5, 5.5, -11, 5.5, 5.5, -11, 0, 0], dtype=torch.float64)
-    assert out.stats["baseline_coverage"] == pytest.approx(8 / 9)
-    assert out.stats["baseline_explained_var"] == pytest.approx(
-        1 - float(residuals.var(unbiased=False) / targets.var(unbiased=False)), abs=1e-4
-    )
-    with pytest.raises(ValueError, match="state_ids"):
-        compute_advantages(
-            AlgoConfig(estimator="state-rloo", reward_level="turn"),
-            loss_mask=torch.ones(1, 1), turn_ids=torch.zeros(1, 1, dtype=torch.long),
-            turn_rewards=torch.zeros(1, 1), group_ids=torch.zeros(1),
-        )  # fmt: skip
-
-
-def test_state_best_labels_each_states_best_answers_and_nothing_where_answers_agree() -> None:
-    # Four answers tried in state 1 (turn 0 of four branches), each played on greedily:
-    # two solve in two moves (returns-to-go 10.7), one in three (10.6), one fails (-0.3).
-    # Their later turns act in states of their own (visited once: no comparison). State 5 is
-    # visited twice with equal returns: no label either.
-    fast, slow, failed = [-0.1, -0.1, 10.9, 0.0], [-0.1, -0.1, -0.1, 10.9], [-0.1] * 3 + [0.0]
-    out = compute_advantages(
-        AlgoConfig(estimator="state-best", reward_level="turn"),
-        loss_mask=torch.ones(6, 4), turn_ids=torch.tensor([[0, 1, 2, 3]] * 6),
-        turn_rewards=torch.tensor([fast, fast, slow, failed, fast, fast]),
-        group_ids=torch.zeros(6),
-        state_ids=torch.tensor(
-            [[1, 2, 3, -1], [1, 6, 7, -1], [1, 8, 9, 10], [1, 11, 12, -1], [5, 13, 14, -1],
-             [5, 15, 16, -1]]
-        ),
-    )  # fmt: skip
-    expected = torch.zeros(6, 4)
-    expected[0, 0] = expected[1, 0] = 0.5  # the two best answers share state 1's one label
-    close(out.advantages, expected)
-    assert out.stats["labelled_states"] == pytest.approx(1.0)
-    # a state whose only visit is its one answer, or whose answers all fail alike: no label
-    alike = state_best_advantages(
-        torch.tensor([[3.0], [-0.3], [-0.3]]), torch.tensor([[1], [2], [2]])
-    )
-    assert (alike == 0).all()
 
 
 def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:
@@ -355,31 +284,7 @@ def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:
         turn_rewards=returns,
         group_ids=torch.tensor([0, 0]),
     )
-    scaled = compute_advantages(AlgoConfig(estimator="grpo"), **base).advantages
-    floored = compute_advantages(AlgoConfig(estimator="grpo", std_floor=1.0), **base).advantages
+    scaled = compute_advantages(AlgoConfig(name="grpo"), **base).advantages
+    floored = compute_advantages(AlgoConfig(name="grpo", std_floor=1.0), **base).advantages
     close(scaled.abs(), torch.full((2, 1), 1 / math.sqrt(2)), 1e-3)  # blown up to unit scale
     close(floored, torch.tensor([[-0.05], [0.05]]), 1e-4)
-
-
-@pytest.mark.parametrize("estimator", ["gae", "turn-gae"])
-def test_critic_lam_decouples_the_critics_targets_from_the_advantages(estimator) -> None:
-    # decoupled GAE (VC-PPO): the advantages keep lam 0.5, the critic regresses on lambda-1
-    # targets, which for gamma 1 are the plain returns-to-go (no value of the critic's in them)
-    mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
-
-    def run(v=values, **keys):
-        keys = {"lam": 0.5, "turn_lam": 0.5} | keys
-        algo = AlgoConfig(estimator=estimator, reward_level="turn", **keys)
-        return compute_advantages(
-            algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids,
-            group_ids=groups, values=v,
-        )  # fmt: skip
-
-    coupled, decoupled = run(), run(critic_lam=1.0)
-    close(decoupled.advantages, coupled.advantages)
-    plain = run(lam=1.0, turn_lam=1.0).value_targets
-    close(decoupled.value_targets, plain)
-    close(run(v=values * 3, critic_lam=1.0).value_targets, plain)  # no value of the critic's
-    assert not torch.allclose(coupled.value_targets, plain)
-    # row 0: reward 1 at its last token -> every trained token's return-to-go is 1
-    close(decoupled.value_targets[0], mask[0].float())

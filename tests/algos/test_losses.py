@@ -318,7 +318,7 @@ def test_traj_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight() -
     turn_rewards = torch.zeros(14, 10)
     turn_rewards[10:, 3] = 1.0  # the success's last turn
     adv = compute_advantages(
-        AlgoConfig(estimator="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
+        AlgoConfig(name="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
         turn_ids=turn_ids, group_ids=torch.zeros(14, dtype=torch.long), traj_ids=traj_ids,
     ).advantages  # fmt: skip
     traj_tokens = torch.where(traj_ids == 0, 20.0, 8.0)
@@ -336,36 +336,6 @@ def test_traj_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight() -
     assert fail == pytest.approx(-success)
     fail, success = weights("token-mean")  # token-mean weighs the 10-turn failure 2.5x
     assert fail == pytest.approx(-2.5 * success)
-
-
-def test_state_rloo_with_token_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight():
-    # The same two episodes under per-move credit: both act in the room's first state, then
-    # part (every later state is visited once). Only the first move differs in credit, so
-    # weighing every token alike (token-mean) leaves their total weights equal and opposite.
-    from agentrl.algos.config import AlgoConfig
-    from agentrl.algos.estimate import compute_advantages
-
-    traj_ids = torch.tensor([0] * 10 + [1] * 4)
-    mask = torch.ones(14, 2)
-    turn_ids = torch.cat([torch.arange(10), torch.arange(4)]).unsqueeze(-1).expand(14, 2)
-    turn_rewards = torch.zeros(14, 10)
-    turn_rewards[10:, 3] = 1.0  # the success's last turn
-    states = torch.full((14, 10), -1)
-    states[:10] = torch.arange(10)  # the failure: states 0..9
-    states[10:, :4] = torch.tensor([0, 20, 21, 22])  # the success: state 0, then its own
-    adv = compute_advantages(
-        AlgoConfig(estimator="state-rloo", reward_level="turn"), loss_mask=mask,
-        turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=torch.zeros(14),
-        traj_ids=traj_ids, state_ids=states,
-    ).advantages  # fmt: skip
-    logp = torch.zeros(14, 2, requires_grad=True)
-    loss, _ = policy_loss(logp, torch.zeros(14, 2), adv, mask, agg="token-mean")
-    loss.backward()
-    grad = -logp.grad.sum(-1)
-    fail, success = float(grad[traj_ids == 0].sum()), float(grad[traj_ids == 1].sum())
-    assert fail < 0 < success
-    assert fail == pytest.approx(-success)
-    assert (grad[1:10] == 0).all() and (grad[11:] == 0).all()  # only the first moves differ
 
 
 def test_count_trajs_counts_a_split_trajectory_once() -> None:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrl.cli import app
-from agentrl.rollout import _cli
+from agentrl.cli import rollout as _cli
 from agentrl.trajectory.io import read_trajectories
 
 ray = pytest.importorskip("ray")

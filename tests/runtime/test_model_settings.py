@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.cli.model_folders import read_model_settings
+from agentrl.cli.train import resolve_train_config
 from agentrl.config import ConfigError, TrainConfig
 from agentrl.runtime.model_settings import SETTINGS_FILE, ModelSettings, write_model_settings
 from agentrl.sft.config import SFTConfig
-from agentrl.train._cli import resolve_train_config
 from agentrl.train.checkpoint import write_run_settings
 
 runner = CliRunner()

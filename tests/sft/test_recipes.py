@@ -37,7 +37,7 @@ def test_gpu_recipes_mirror_ragen(path: Path) -> None:
 
 
 def test_the_sokoban_recipe_spells_out_the_cpu_default() -> None:
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli.train import resolve_train_config
 
     default = resolve_train_config(
         config_file=None, overrides=[], preset=None, flags={"env.name": "sokoban"}

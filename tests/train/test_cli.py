@@ -19,7 +19,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """`agentrl train --env sokoban --model tiny --steps 2 --no-warm-start --preset state-rloo`
+    """`agentrl train --env sokoban --model tiny --steps 2 --no-warm-start --preset grpo`
     (small groups; a preset that samples episodes, unlike Sokoban's default search)."""
     run_dir = tmp_path_factory.mktemp("cli") / "run"
     result = subprocess.run(
@@ -36,13 +36,11 @@ def trained_run(tmp_path_factory):
             "2",
             "--no-warm-start",
             "--preset",
-            "state-rloo",
+            "grpo",
             "--set",
             "trainer.num_groups=2",
             "--set",
             "rollout.group_size=4",
-            "--set",
-            "algo.critic_warmup_steps=0",  # both steps update the policy (actor/* metrics)
             "--run-dir",
             str(run_dir),
         ],
@@ -71,7 +69,7 @@ def test_train_writes_the_run_directory(trained_run) -> None:
         assert key in records[-1], key
     cfg = yaml.safe_load((trained_run / "config.yaml").read_text())
     assert cfg["env"]["name"] == "sokoban" and cfg["model"]["name"] == "tiny"
-    assert cfg["algo"]["estimator"] == "state-rloo"  # the preset named
+    assert cfg["algo"]["name"] == "grpo"  # the preset named
     assert list((trained_run / "tensorboard").glob("events.out.tfevents.*"))
     assert (trained_run / "trajectories" / "step_000002.jsonl").is_file()  # the rollout's name
     assert (trained_run / "checkpoints" / "step-000002" / "policy" / "model").is_dir()

@@ -18,7 +18,7 @@ def test_train_with_ray_engine_replicas_syncs_weights(ray_local, tmp_path) -> No
     run = tmp_path / "run"
     args = [
         "train", "--env", "sokoban", "--model", "tiny", "--steps", "2", "--ray", "--no-warm-start",
-        "--preset", "state-rloo",  # sampled episodes (Sokoban's default is a local search)
+        "--preset", "grpo",  # sampled episodes (Sokoban's default is a local search)
         "--set", "trainer.num_groups=2",
         "--run-dir", str(run), "--set", "rollout.group_size=2",
         "--set", "rollout.sampling.max_new_tokens=16",

@@ -33,7 +33,7 @@ COMMON = [
     "2",
     "--no-warm-start",
     "--preset",
-    "state-rloo",  # sampled episodes (Sokoban's default is a local search)
+    "grpo",  # sampled episodes (Sokoban's default is a local search)
     "--set",
     "logging.progress=false",
     "--set",

@@ -108,7 +108,7 @@ def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`agentrl train --env sokoban --model tiny --steps 2` with LoRA adapters."""
     run_dir = tmp_path_factory.mktemp("lora-cli") / "run"
     args = ["train", "--env", "sokoban", "--model", "tiny", "--steps", "2", "--no-warm-start"]
-    args += ["--preset", "state-rloo"]  # sampled episodes (Sokoban's default is a search)
+    args += ["--preset", "grpo"]  # sampled episodes (Sokoban's default is a search)
     args += ["--run-dir", str(run_dir)]
     for item in [*LORA, "trainer.num_groups=2", "rollout.group_size=2", "optim.lr=1e-2"]:
         args += ["--set", item]

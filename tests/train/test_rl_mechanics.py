@@ -3,19 +3,20 @@ scored over the whole batch, rewards are normalised, RL seeds avoid the expert's
 
 from __future__ import annotations
 
-from dataclasses import replace
+import random
 
 import pytest
 import torch
 from trainer_envs import VowelCount
 
+from agentrl.algos.base import CreditInputs
 from agentrl.algos.presets import load_preset, preset_algo_config
 from agentrl.config import ConfigError, load_config
 from agentrl.envs import register
 from agentrl.runtime.batch import to_batch
 from agentrl.train.critic import value_head
-from agentrl.train.trainer import Trainer, replay_queue
-from agentrl.trajectory.types import Trajectory, Turn
+from agentrl.train.learner import credited_rows
+from agentrl.train.trainer import Trainer
 
 register("vowel-count", VowelCount)
 
@@ -43,7 +44,7 @@ def _trainer(tmp_path, preset: str, *overrides: str) -> Trainer:
     return Trainer(cfg, tmp_path)
 
 
-@pytest.mark.parametrize("preset", ["grpo", "starpo-s", "state-rloo"])
+@pytest.mark.parametrize("preset", ["grpo", "starpo-s"])
 def test_presets_that_clip_take_several_steps_and_the_clip_acts(tmp_path, preset) -> None:
     assert preset_algo_config(preset).clips
     trainer = _trainer(tmp_path / preset, preset, "algo.filter_keep_ratio=null")
@@ -115,32 +116,6 @@ def test_critic_warmup_fits_the_head_under_ppo_with_the_kl_in_the_reward(tmp_pat
     assert warm["critic/explained_var_mc"] != pytest.approx(warm["critic/explained_var"])
 
 
-def test_critic_warmup_epochs_give_the_critic_more_steps_only_while_it_warms_up(tmp_path) -> None:
-    trainer = _trainer(
-        tmp_path, "starpo", "algo.critic_warmup_steps=1", "algo.critic_warmup_epochs=3",
-        "algo.num_mini_batches=2", "algo.filter_keep_ratio=null",
-    )  # fmt: skip
-    steps, ids = [], []
-    inner, inner_backward = trainer.critic.step, trainer._critic_backward
-    trainer.critic.step = lambda: steps.append(1) or inner()
-
-    def counting_backward(micro, norm):
-        ids.append(int(micro.attention_mask.sum()))
-        return inner_backward(micro, norm)
-
-    trainer._critic_backward = counting_backward
-    try:
-        metrics = trainer.train_step()  # warm-up: 3 passes x 2 mini-batches
-        warm, steps[:] = len(steps), []
-        batch_ids, ids[:] = sum(ids) // 3, []
-        trainer.train_step()  # the policy moves: ppo_epochs (1) x 2 mini-batches
-    finally:
-        trainer.close()
-    assert (warm, len(steps)) == (6, 2)
-    # the throughput counts every pass's ids, not one pass's
-    assert metrics["throughput/train_tokens"] == 3 * batch_ids
-
-
 def test_rl_seeds_stay_clear_of_expert_and_validation_seeds(tmp_path) -> None:
     trainer = _trainer(tmp_path, "grpo", "trainer.first_seed=1000", "eval.seed_offset=1010")
     try:
@@ -154,7 +129,7 @@ def test_rl_seeds_stay_clear_of_expert_and_validation_seeds(tmp_path) -> None:
 
 def test_rft_imitates_only_the_successful_episodes(tmp_path) -> None:
     trainer = _trainer(
-        tmp_path, "grpo", "algo.estimator=rft", "algo.num_mini_batches=1", "algo.kl_coef=0"
+        tmp_path, "grpo", "algo.name=rft", "algo.num_mini_batches=1", "algo.kl_coef=0"
     )
     try:
         metrics = trainer.train_step()
@@ -170,7 +145,7 @@ def test_rft_takes_the_plain_nll_gradient_in_every_mini_batch(tmp_path) -> None:
     """Imitation has no trust region: after the first mini-batch moved the weights, the
     next one still trains the NLL (ratio 1 to the current weights, nothing clipped)."""
     trainer = _trainer(
-        tmp_path, "grpo", "algo.estimator=rft", "algo.num_mini_batches=2", "algo.kl_coef=0",
+        tmp_path, "grpo", "algo.name=rft", "algo.num_mini_batches=2", "algo.kl_coef=0",
         "optim.lr=0.05", "trainer.num_groups=4", "rollout.group_size=4",
     )  # fmt: skip
     try:
@@ -185,53 +160,23 @@ def test_rft_takes_the_plain_nll_gradient_in_every_mini_batch(tmp_path) -> None:
     assert metrics["actor/clip_frac"] == 0.0 and metrics["actor/tis_weight_mean"] == 1.0
 
 
-def test_curriculum_replays_seeds_with_mixed_outcomes_once(tmp_path) -> None:
-    trainer = _trainer(tmp_path, "grpo", "trainer.replay_mixed_frac=0.5")
-    try:
-        fresh = trainer.train_seeds(1)
-        trainer.state = replace(trainer.state, replay_seeds=[11, 12, 13])
-        seeds = trainer.train_seeds(2)
-    finally:
-        trainer.close()
-    assert seeds[:2] == [11, 12]  # half of the 4 groups replay, oldest first
-    assert len(set(seeds)) == 4 and not set(seeds[2:]) & set(fresh)  # the rest are fresh
-
-    def episode(seed: int, success: bool) -> Trajectory:
-        return Trajectory([], [Turn(1, "a", "stop", 0, info={"success": success})], "e", seed, 0)
-
-    rollout = [episode(11, True), episode(11, False), episode(20, True), episode(20, False)]
-    rollout += [episode(21, False), episode(21, False), episode(22, True), episode(22, True)]
-    # 11 was replayed and leaves; 20 is mixed and joins; 21 (all failed) and 22 (all solved)
-    # carry no gradient signal in a group and do not
-    assert replay_queue([11, 12, 13], rollout, max_len=8) == [12, 13, 20]
-    assert replay_queue([11, 12, 13], rollout, max_len=2) == [13, 20]
-
-
 def test_every_preset_resolves_with_the_sokoban_defaults() -> None:
     from agentrl.algos.presets import list_presets
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli.train import resolve_train_config
 
     for preset in list_presets():
         cfg = resolve_train_config(
             config_file=None, overrides=[], preset=preset, flags={"env.name": "sokoban"}
         )
-        if cfg.algo.estimator == "state-best":
-            # policy iteration is classification: one optimizer step on the labels, nothing
-            # to clip (its preset says so); each labelled state weighs one, whatever the
-            # episodes that led there (tests/algos/test_estimate.py)
-            assert not cfg.algo.clips and cfg.trainer.branch_answers == "all"
-            continue
-        if cfg.algo.estimator == "rft":
+        if cfg.algo.name == "expert-iteration":
             # expert iteration imitates the search's solutions: the plain NLL, nothing to
             # clip (its preset says so); every answer of every solution weighs the same
-            assert not cfg.algo.clips and cfg.trainer.search_beam > 0
+            assert not cfg.algo.clips and cfg.algo.search_beam > 0
             assert cfg.algo.loss_agg == "token-mean"
             continue
         assert cfg.algo.clips
-        # every trajectory weighs the same, whatever its turns: per-move credit with every
-        # move weighed alike has that effect (tests/algos/test_losses.py)
-        per_move = cfg.algo.estimator == "state-rloo" and cfg.algo.loss_agg == "token-mean"
-        assert per_move or cfg.algo.loss_agg == "traj-mean-token-mean"
+        # every trajectory weighs the same, whatever its turns
+        assert cfg.algo.loss_agg == "traj-mean-token-mean"
         assert cfg.trainer.first_seed >= cfg.warm_start.num_episodes
 
 
@@ -243,7 +188,7 @@ def test_per_move_credit_matches_the_states_of_a_real_rollout(tmp_path) -> None:
 
     trainer = _trainer(
         tmp_path, "grpo", "env.name=sokoban", "env.max_turns=3", "rollout.max_turns=3",
-        "rollout.history_turns=0", "algo.estimator=state-rloo", "algo.reward_level=turn",
+        "rollout.history_turns=0", "algo.reward_level=turn",
         "algo.kl_coef=0",
     )  # fmt: skip
     try:
@@ -270,10 +215,15 @@ def test_per_move_credit_matches_the_states_of_a_real_rollout(tmp_path) -> None:
     assert "advantage/advantage_abs_mean" in metrics
 
 
-def test_rows_without_credit_are_skipped_without_changing_the_update(tmp_path) -> None:
+def _credit(trainer: Trainer, batch, trajs) -> dict[str, float]:
+    return trainer.algo.credit(batch, CreditInputs(trajs, trainer.reward_scale, random.Random(0)))
+
+
+def test_rows_without_credit_are_skipped_without_changing_the_update(tmp_path, monkeypatch) -> None:
     # GRPO without KL or entropy: a row whose advantages are all 0 (an all-solved or all-failed
     # group) adds nothing to the loss; leaving it out of the passes gives the same gradient.
     trainer = _trainer(tmp_path, "grpo", "algo.kl_coef=0", "algo.num_mini_batches=1")
+    assert trainer.algo.skips_uncredited_rows
     grads: list[list[torch.Tensor]] = []
 
     def record_and_drop() -> float:  # in place of the optimizer step: keep the gradient
@@ -283,15 +233,17 @@ def test_rows_without_credit_are_skipped_without_changing_the_update(tmp_path) -
         return 1.0
 
     try:
-        batch = to_batch(trainer.rollout(1).trajectories, pad_id=trainer.pad_id)
-        trainer.score(batch)
-        trainer.advantages(batch)
+        trajs = trainer.rollout(1).trajectories
+        batch = to_batch(trajs, pad_id=trainer.pad_id)
+        trainer.learner.score(batch)
+        _credit(trainer, batch, trajs)
         batch.advantages[: batch.num_rows // 2] = 0.0  # some rows without credit for sure
-        assert 0 < trainer._rows_with_credit(batch, train_policy=True).num_rows < batch.num_rows
+        assert 0 < credited_rows(batch).numel() < batch.num_rows
         trainer.policy.step = record_and_drop
-        trainer.update(batch)
-        trainer._rows_with_credit = lambda b, train_policy: b  # every row, as without the skip
-        trainer.update(batch)
+        trainer.learner.update(batch)
+        # every row, as without the skip
+        monkeypatch.setattr(type(trainer.algo), "skips_uncredited_rows", False)
+        trainer.learner.update(batch)
     finally:
         trainer.close()
     skipped, full = grads
@@ -302,16 +254,17 @@ def test_rows_without_credit_are_skipped_without_changing_the_update(tmp_path) -
 
 def test_only_credited_rows_are_scored_and_they_score_as_in_the_full_pass(tmp_path) -> None:
     trainer = _trainer(tmp_path, "grpo", "algo.kl_coef=0")
-    assert trainer._credit_before_scoring
+    assert trainer.algo.credit_before_scoring and trainer.algo.needs.old_logp
     try:
-        batch = to_batch(trainer.rollout(1).trajectories, pad_id=trainer.pad_id)
-        trainer.advantages(batch)
+        trajs = trainer.rollout(1).trajectories
+        batch = to_batch(trajs, pad_id=trainer.pad_id)
+        _credit(trainer, batch, trajs)
         batch.advantages[: batch.num_rows // 2] = 0.0
-        rows = trainer._credited_rows(batch)
+        rows = credited_rows(batch)
         assert 0 < rows.numel() < batch.num_rows
-        trainer.score(batch)
+        trainer.learner.score(batch)
         full = batch.old_logp.clone()
-        trainer.score(batch, rows=rows)
+        trainer.learner.score(batch, rows=rows)
         part = batch.old_logp
         metrics = trainer.train_step()  # the whole step takes this path
     finally:
@@ -324,42 +277,53 @@ def test_only_credited_rows_are_scored_and_they_score_as_in_the_full_pass(tmp_pa
 
 
 def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted(monkeypatch) -> None:
-    # An env whose defaults name the state-rloo preset (reward_level: turn; here Sokoban's,
-    # patched, as they were before expert iteration): overriding the estimator to it must not
-    # be checked against the global default preset's trajectory rewards.
+    # An env whose keys for its preset give turn rewards (here Sokoban's, patched: grpo with
+    # `reward_level: turn`): overriding the algorithm to gigpo, which needs them, must not be
+    # checked against the global default preset's trajectory rewards.
     from agentrl.config import ConfigError
-    from agentrl.train import _cli
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli import train as _cli
+    from agentrl.cli.train import resolve_train_config
 
     real = _cli.env_defaults
-    monkeypatch.setattr(
-        _cli,
-        "env_defaults",
-        lambda name: (real(name)[0], "state-rloo") if name == "sokoban" else real(name),
-    )
+
+    def turn_rewards(name: str):
+        tree, _ = real(name)
+        if name != "sokoban":
+            return tree, None
+        return {**tree, "presets": {"grpo": {"algo": {"reward_level": "turn"}}}}, "grpo"
+
+    monkeypatch.setattr(_cli, "env_defaults", turn_rewards)
 
     cfg = resolve_train_config(
         config_file=None,
-        overrides=["algo.estimator=state-rloo"],
+        overrides=["algo.name=gigpo"],
         preset=None,
         flags={"env.name": "sokoban"},
     )
-    assert (cfg.algo.estimator, cfg.algo.reward_level) == ("state-rloo", "turn")
+    assert (cfg.algo.name, cfg.algo.reward_level) == ("gigpo", "turn")
     assert cfg.warm_start.expert == "solver"  # the env's defaults still apply
     with pytest.raises(ConfigError, match="reward_level"):  # an env without them: still refused
         resolve_train_config(
             config_file=None,
-            overrides=["algo.estimator=state-rloo"],
+            overrides=["algo.name=gigpo"],
             preset=None,
             flags={"env.name": "guess_number"},
         )
+    # the override that makes it valid by itself is accepted anywhere
+    cfg = resolve_train_config(
+        config_file=None,
+        overrides=["algo.name=gigpo", "algo.reward_level=turn"],
+        preset=None,
+        flags={"env.name": "guess_number"},
+    )
+    assert (cfg.algo.name, cfg.algo.reward_level) == ("gigpo", "turn")
 
 
 def test_the_envs_keys_for_one_preset_apply_under_that_preset_only(monkeypatch) -> None:
     # Sokoban's defaults give PPO the rooms a step its critic needs to fit; other presets keep
     # their own, and `--set` still wins
-    from agentrl.train import _cli
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli import train as _cli
+    from agentrl.cli.train import resolve_train_config
 
     def resolve(preset: str | None, *overrides: str):
         return resolve_train_config(
@@ -377,7 +341,7 @@ def test_the_envs_keys_for_one_preset_apply_under_that_preset_only(monkeypatch) 
     assert resolve("ppo", "trainer.num_groups=4", "rollout.group_size=8").trainer.num_groups == 4
     starpo_s = resolve("starpo-s")
     assert (starpo_s.rollout.group_size, starpo_s.trainer.num_groups) == (8, 8)
-    assert starpo_s.algo.critic_warmup_steps == 5  # the env's general key, not PPO's
+    assert starpo_s.algo.critic_warmup_steps == 5  # the env's key for starpo-s, not PPO's
 
     real = _cli.env_defaults
 

@@ -9,6 +9,8 @@ import pytest
 import torch
 from trainer_envs import VowelCount
 
+from agentrl.algos.base import Needs
+from agentrl.algos.policy_gradient import GRPO
 from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import register
@@ -90,17 +92,11 @@ def test_async_rollout_is_one_version_stale(tmp_path) -> None:
 
 
 def test_collapse_warning_metric_and_line(tmp_path, caplog) -> None:
-    cfg = _cfg(
-        "grpo",
-        "algo.kl_coef=0.0",
-        "logging.collapse.window=2",
-        "logging.collapse.min_signals=1",
-        "logging.collapse.grad_norm_spike=1.0001",
-    )
+    cfg = _cfg("grpo", "algo.kl_coef=0.0")
     trainer = Trainer(cfg, tmp_path)
-    trainer.collapse.history["grad_norm"].extend([1e-9, 1e-9])
-    trainer.collapse.history["reward_std"].extend([1.0, 1.0])
-    trainer.collapse.history["entropy"].extend([1.0, 1.0])
+    trainer.collapse.history["grad_norm"].extend([1e-9] * CollapseDetector.WINDOW)
+    trainer.collapse.history["reward_std"].extend([100.0] * CollapseDetector.WINDOW)
+    trainer.collapse.history["entropy"].extend([1.0] * CollapseDetector.WINDOW)
     try:
         with caplog.at_level("WARNING"):
             metrics = trainer.train_step()
@@ -114,7 +110,7 @@ def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, 
     """A run whose answers stopped parsing (every reward the same, entropy and grad norm ~0):
     the Echo-Trap signals compare with recent means that are 0 too and stay silent, so the two
     absolute signals must say so on every step, and their count survives a checkpoint."""
-    trainer = Trainer(_cfg("grpo", "logging.collapse.dead_steps=3"), tmp_path)
+    trainer = Trainer(_cfg("grpo"), tmp_path)
     dead = {
         "reward/in_group_std": 0.0,
         "actor/entropy": 0.001,
@@ -124,15 +120,15 @@ def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, 
     }
     try:
         with caplog.at_level("WARNING"):
-            warned = [trainer._collapse_check(step, dead)["collapse_warning"] for step in range(12)]
+            warned = [trainer._collapse_check(step, dead)["collapse_warning"] for step in range(19)]
         state = trainer.collapse.state()
     finally:
         trainer.close()
-    assert warned == [1.0] * 12
-    assert caplog.text.count("99% of the answers did not parse") == 12
-    assert caplog.text.count("no group's episodes differed in reward") == 10  # from the 3rd step
+    assert warned == [1.0] * 19
+    assert caplog.text.count("99% of the answers did not parse") == 19
+    assert caplog.text.count("no group's episodes differed in reward") == 10  # from the 10th step
     assert "Echo Trap" not in caplog.text  # what the relative signals alone would have said
-    resumed = CollapseDetector(CollapseConfig(dead_steps=3))
+    resumed = CollapseDetector(CollapseConfig())
     resumed.load_state(state)
     assert resumed.update(reward_std=0.0, entropy=0.001, grad_norm=0.0) == (
         True,
@@ -148,7 +144,9 @@ def test_single_update_shortcut_matches_explicit_scoring(tmp_path, monkeypatch) 
     results = []
     for explicit in (False, True):
         if explicit:
-            monkeypatch.setattr(Trainer, "single_update", property(lambda self: False))
+            monkeypatch.setattr(
+                GRPO, "needs", property(lambda self: Needs(old_logp=True, reference=True))
+            )
         trainer = Trainer(cfg, tmp_path / str(explicit))
         try:
             results.append((trainer.train_step(), trainer.policy.full_state_dict()))

@@ -12,13 +12,10 @@ import pytest
 import torch
 
 from agentrl.algos.presets import load_preset
-from agentrl.config import load_config
+from agentrl.config import ConfigError, load_config
 from agentrl.envs import make
 from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
-from agentrl.runtime.batch import to_batch
-from agentrl.sft.data import expert_ids
-from agentrl.sft.train import masked_nll
-from agentrl.train.search import (
+from agentrl.rollout.search import (
     SEARCH_KEY,
     AnswerScorer,
     beam_search,
@@ -27,6 +24,10 @@ from agentrl.train.search import (
     solution_trajectories,
     timed_search,
 )
+from agentrl.runtime.batch import to_batch
+from agentrl.sft.data import expert_ids
+from agentrl.sft.train import masked_nll
+from agentrl.train import learner
 from agentrl.train.trainer import Trainer
 from agentrl.trajectory.bridge import ChatBridge
 
@@ -196,12 +197,15 @@ def test_solutions_become_token_exact_trajectories_of_forced_answers(bridge) -> 
 
 
 def _search_config(*overrides: str):
+    """The expert-iteration preset on small Sokoban rooms; every room searched and every found
+    answer trained (no greedy pass, no label sampling) unless `overrides` say otherwise."""
     return load_config(
         overrides=[
             "env.name=sokoban", "env.max_turns=10", "env.kwargs.max_actions_per_turn=1",
             "model.name=tiny", "rollout.history_turns=0", "rollout.sampling.max_new_tokens=8",
-            "trainer.num_threads=1", "trainer.num_groups=6", "trainer.search_beam=16",
-            "algo.num_mini_batches=2", "checkpoint.every=0", "logging.progress=false",
+            "trainer.num_threads=1", "trainer.num_groups=6", "algo.search_beam=16",
+            "algo.search_easy_keep=1.0", "algo.search_label_tau=0", "algo.num_mini_batches=2",
+            "checkpoint.every=0", "logging.progress=false",
             "logging.tensorboard=false", "logging.save_trajectories=0", "eval.every=0",
             *overrides,
         ],
@@ -213,9 +217,11 @@ def _one_step(trainer: Trainer, monkeypatch) -> tuple[dict[str, float], list]:
     """One training step of `trainer` (closed after it): its metrics and the batches its
     update received."""
     updated = []
-    real_update = trainer.update
+    real_update = trainer.learner.update
     monkeypatch.setattr(
-        trainer, "update", lambda batch, **kw: updated.append(batch) or real_update(batch, **kw)
+        trainer.learner,
+        "update",
+        lambda batch, **kw: updated.append(batch) or real_update(batch, **kw),
     )
     try:
         metrics = trainer.train_step()
@@ -239,13 +245,25 @@ def test_an_expert_iteration_step_imitates_every_solution_and_nothing_else(
     assert metrics["collapse_warning"] == 0.0
 
 
-def test_search_needs_imitation_and_markov_prompts(tmp_path) -> None:
-    cfg = load_config(
-        overrides=["env.name=sokoban", "model.name=tiny", "trainer.search_beam=4"],
-        base=load_preset("grpo"),
-    )
-    with pytest.raises(ValueError, match="rft.*history_turns: 0"):
-        Trainer(cfg, tmp_path)
+def test_search_needs_expert_iteration_markov_prompts_and_the_local_backend() -> None:
+    with pytest.raises(ConfigError, match="search_beam.*expert-iteration"):
+        load_config(
+            overrides=["env.name=sokoban", "model.name=tiny", "algo.search_beam=4"],
+            base=load_preset("grpo"),
+        )
+    with pytest.raises(ConfigError, match="expert-iteration needs.*history_turns: 0"):
+        load_config(
+            overrides=["env.name=sokoban", "model.name=tiny"],
+            base=load_preset("expert-iteration"),
+        )
+    with pytest.raises(ConfigError, match="expert-iteration needs.*backend: local"):
+        load_config(
+            overrides=[
+                "env.name=sokoban", "model.name=tiny", "rollout.history_turns=0",
+                "trainer.backend=fsdp2",
+            ],
+            base=load_preset("expert-iteration"),
+        )  # fmt: skip
 
 
 def test_expert_iteration_imitates_the_solutions_it_found(tmp_path) -> None:
@@ -260,7 +278,7 @@ def test_expert_iteration_imitates_the_solutions_it_found(tmp_path) -> None:
     )  # fmt: skip
     trainer = Trainer(cfg, tmp_path)
     try:
-        first = trainer.search(1).trajectories
+        first = trainer.source.collect(1, trainer.train_seeds(1)).trajectories
         batch = to_batch(first, pad_id=trainer.pad_id)
 
         def nll() -> float:
@@ -278,9 +296,9 @@ def test_expert_iteration_imitates_the_solutions_it_found(tmp_path) -> None:
 
 
 def test_the_expert_iteration_preset_runs_its_measured_length_unless_told_otherwise() -> None:
-    # Sokoban's defaults say 200 steps (for state-rloo's 8 rooms a step); the preset's 60
-    # steps of 512 rooms win over them, and the command line still wins over the preset.
-    from agentrl.train._cli import resolve_train_config
+    # Sokoban's defaults say 200 steps (for 8 rooms a step under other presets); the preset's
+    # 72 steps of 1,024 rooms win over them, and the command line still wins over the preset.
+    from agentrl.cli.train import resolve_train_config
 
     def steps(overrides: list[str], flags: dict) -> int:
         cfg = resolve_train_config(
@@ -288,7 +306,7 @@ def test_the_expert_iteration_preset_runs_its_measured_length_unless_told_otherw
         )
         return cfg.trainer.num_steps
 
-    assert steps([], {"env.name": "sokoban"}) == 60
+    assert steps([], {"env.name": "sokoban"}) == 72
     assert steps(["trainer.num_steps=80"], {"env.name": "sokoban"}) == 80
     assert steps([], {"env.name": "sokoban", "trainer.num_steps": 7}) == 7
 
@@ -340,29 +358,27 @@ def test_label_sampling_keeps_the_unsure_answers_and_is_unbiased() -> None:
 def test_an_expert_iteration_step_trains_the_sampled_answers_at_their_weights(
     tmp_path, monkeypatch
 ) -> None:
-    """`trainer.search_label_tau` 0.1 on a search whose answers the policy gave p = 0.5 and
+    """`algo.search_label_tau` 0.1 on a search whose answers the policy gave p = 0.5 and
     0.95 in turn (a random model is sure of nothing): the first are all trained at weight 1,
     about half the others at weight 2, and only the kept rows run a forward pass."""
-    trainer = Trainer(
-        _search_config("trainer.num_steps=1", "trainer.search_label_tau=0.1"), tmp_path
-    )
+    trainer = Trainer(_search_config("trainer.num_steps=1", "algo.search_label_tau=0.1"), tmp_path)
     trained_rows = []
-    real_rows, real_search = trainer._rows_with_credit, trainer.search
+    real_rows, real_collect = learner.credited_rows, trainer.source.collect
 
-    def search(step):
-        result = real_search(step)
+    def collect(step, seeds):
+        result = real_collect(step, seeds)
         for traj in result.trajectories:
             info = traj.reset_info[SEARCH_KEY]
             info["answer_logp"] = [math.log(0.5 if t % 2 == 0 else 0.95) for t in range(20)]
         return result
 
-    def rows_with_credit(batch, **kw):
-        out = real_rows(batch, **kw)
-        trained_rows.append(out.num_rows)
+    def credited_rows(batch):  # the rows the update trains
+        out = real_rows(batch)
+        trained_rows.append(out.numel())
         return out
 
-    monkeypatch.setattr(trainer, "search", search)
-    monkeypatch.setattr(trainer, "_rows_with_credit", rows_with_credit)
+    monkeypatch.setattr(trainer.source, "collect", collect)
+    monkeypatch.setattr(learner, "credited_rows", credited_rows)
     metrics, updated = _one_step(trainer, monkeypatch)
     (batch,) = updated
     trained = batch.loss_mask.bool()
@@ -378,10 +394,9 @@ def test_an_expert_iteration_step_trains_the_sampled_answers_at_their_weights(
         assert torch.allclose(batch.advantages[row][trained[row]], torch.tensor(weight))
 
 
-def test_label_sampling_needs_the_search(tmp_path) -> None:
-    cfg = load_config(
-        overrides=["env.name=sokoban", "model.name=tiny", "trainer.search_label_tau=0.1"],
-        base=load_preset("grpo"),
-    )
-    with pytest.raises(ValueError, match="search_label_tau.*search_beam"):
-        Trainer(cfg, tmp_path)
+def test_label_sampling_needs_the_search() -> None:
+    with pytest.raises(ConfigError, match="search_label_tau.*expert-iteration"):
+        load_config(
+            overrides=["env.name=sokoban", "model.name=tiny", "algo.search_label_tau=0.1"],
+            base=load_preset("grpo"),
+        )

@@ -44,7 +44,7 @@ def train_settings(name: str) -> tuple[dict[str, Any], int, str]:
     `agentrl/train/defaults/cpu-NAME.yaml` when there is one): its env keyword arguments,
     its turns per episode, and the settings that differ from the registered env
     (e.g. `history_turns 0, max_turns=10`)."""
-    from agentrl.train._cli import resolve_train_config
+    from agentrl.cli.train import resolve_train_config
 
     cfg = resolve_train_config(
         config_file=None, overrides=[], preset=None, flags={"env.name": name}

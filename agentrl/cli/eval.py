@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl.cli._common import fail as _fail
 from agentrl.runtime.model_settings import ModelSettings
-from agentrl.train._cli import _fail
 
 DEFAULT_ENV = "sokoban"
 """The env of `agentrl eval` when neither `--env` nor the model's settings name one."""

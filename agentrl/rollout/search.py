@@ -7,7 +7,7 @@ policy's cumulative log-probability of the answers that led there, tries every c
 answer the env offers (`TokenEnv.candidate_answers`) in each, and stops at the first answer
 that solves the room. States the env calls the same (`TokenEnv.state_key`) are expanded once.
 Only the env's own success flag and the policy's probabilities guide it; no solver is used.
-The trainer then imitates the solutions found (`algo.estimator: rft`), so the next step's
+The trainer then imitates the solutions found (`algo.name: expert-iteration`), so the next step's
 search starts from a better policy.
 
 A beam of 1 plays the policy's greedy move, never revisiting a state. Wider beams try the
@@ -16,9 +16,9 @@ number of reachable states the search is breadth-first and finds every shortest 
 itself, whatever the policy, so report `search/solved_frac` beside the policy's own success.
 
 From a strong policy the search solves every room and its labels mostly repeat the policy's
-own moves. `trainer.search_easy_keep` focuses it: the policy's plain greedy play screens the
+own moves. `algo.search_easy_keep` focuses it: the policy's plain greedy play screens the
 rooms first, only the ones it fails are searched, and a share of the ones it solves keep
-their greedy solution as a label (`expert-iteration-focus`).
+their greedy solution as a label (`algo.search_easy_keep`).
 
 Needs a Markov prompt (`rollout.history_turns: 0`: the prompt is the state), an env that
 lists its candidate answers and can be copied in the middle of an episode (`TokenEnv.clone`),
@@ -325,7 +325,7 @@ def timed_search(
     """Search `seeds` with `model` (in eval mode, restored after) and return the solutions as
     trajectories, with the search's metrics and `search/wall_s`.
 
-    With `easy_keep` below 1 the search is focused (`trainer.search_easy_keep`): every room is
+    With `easy_keep` below 1 the search is focused (`algo.search_easy_keep`): every room is
     first played greedily (`beam_search`'s `loops_fail`: a return to a state seen before
     fails the room); a share `easy_keep` of the rooms that play solves
     keep that solution (drawn with `rng`), and only the rooms it fails are searched with
@@ -410,7 +410,7 @@ def sample_labels(
     rng: random.Random,
 ) -> dict[str, float]:
     """Train fewer of a search's answers without changing the expected gradient
-    (`trainer.search_label_tau`; importance sampling by gradient size, Katharopoulos and
+    (`algo.search_label_tau`; importance sampling by gradient size, Katharopoulos and
     Fleuret, 2018).
 
     Imitating an answer the policy gives probability `p` has a gradient about `1 - p` in

@@ -1,4 +1,4 @@
-"""`agentrl train`, `agentrl export`, `agentrl plot` (and `agentrl eval`, from `_eval_cli`).
+"""`agentrl train`, `agentrl export`, `agentrl plot` (and `agentrl eval`, from `cli/eval.py`).
 
 Heavy libraries (torch, transformers) are imported inside the commands so `agentrl --help`
 stays fast.
@@ -13,13 +13,14 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl.cli._common import fail as _fail
+from agentrl.cli.eval import eval_cmd
+
+DEFAULTS = Path(__file__).resolve().parents[1] / "train" / "defaults"
+"""The CPU config layers under every `agentrl train` (`cpu.yaml`, `cpu-<env>.yaml`)."""
+
 DEFAULT_PRESET = "grpo"
 """The preset `agentrl train` uses without `--preset` (see notes/issue-4-trainer.md)."""
-
-
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
@@ -28,7 +29,7 @@ def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
     if any, maps a preset name to keys for runs under that preset only."""
     import yaml
 
-    path = Path(__file__).with_name("defaults") / f"cpu-{env}.yaml"
+    path = DEFAULTS / f"cpu-{env}.yaml"
     if not path.is_file():
         return {}, None
     tree = yaml.safe_load(path.read_text()) or {}
@@ -68,10 +69,10 @@ def resolve_train_config(
     if base_file is not None:
         base = yaml.safe_load(Path(base_file).read_text()) or {}
         return load_config(config_file, flag_overrides + list(overrides), base=base)
-    cpu = yaml.safe_load((Path(__file__).with_name("defaults") / "cpu.yaml").read_text())
+    cpu = yaml.safe_load((DEFAULTS / "cpu.yaml").read_text())
     # The env is known once the layers are merged; its defaults and preset then go under the
     # others. The first merge is not validated: it may hold an override (say
-    # `algo.estimator=state-rloo` under a preset with turn rewards) that only the env's preset
+    # `algo.name=gigpo` under a preset with turn rewards) that only the env's preset
     # makes valid.
     layers = _deep_merge(cpu, load_preset(preset or DEFAULT_PRESET))
     first = load_config(config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly)
@@ -144,7 +145,7 @@ def train(
             "--preset",
             help=(
                 "Algorithm preset: grpo (default), starpo-s, starpo, ppo, rloo, reinforce++, "
-                "state-rloo, policy-iteration, expert-iteration, expert-iteration-focus. "
+                "gigpo, expert-iteration. "
                 "An env's defaults may add keys for one preset (sokoban: ppo)."
             ),
         ),
@@ -169,7 +170,7 @@ def train(
     """Train a policy with RL on a multi-turn env.
 
     CPU defaults: SmolLM2-135M with GRPO; for `sokoban`, the `tiny` model with a warm start on
-    the solver's episodes, then focused expert iteration (the expert-iteration-focus preset;
+    the solver's episodes, then expert iteration (the expert-iteration preset;
     agentrl/train/defaults/cpu-sokoban.yaml).
     """
     from agentrl.algos.presets import UnknownPresetError
@@ -318,8 +319,6 @@ def plot(
 def register(app: typer.Typer) -> None:
     """Add the commands to the `agentrl` app."""
     app.command("train")(train)
-    from agentrl.train._eval_cli import eval_cmd
-
     app.command("eval")(eval_cmd)
     app.command("export")(export)
     app.command("plot")(plot)

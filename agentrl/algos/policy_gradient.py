@@ -1,0 +1,70 @@
+"""Policy gradient without a critic: GRPO, RLOO and REINFORCE++.
+
+Each keeps every trainable trajectory (or the StarPO-S filter's groups), credits it against
+its group (GRPO, RLOO) or the batch (REINFORCE++), and trains the PPO clip loss of
+`Algorithm.policy_loss`. At `reward_level: turn`, GRPO and RLOO credit each turn with its
+discounted return-to-go (`turn_gamma`) less the group's baseline.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from agentrl.algos.advantages import (
+    grpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    turn_returns_to_go,
+)
+from agentrl.algos.base import Algorithm, register_algorithm
+from agentrl.algos.config import AlgoConfig
+from agentrl.algos.estimate import Rewards, group_center_scale
+
+__all__ = ["GRPO", "RLOO", "ReinforcePP", "group_estimate"]
+
+
+def group_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
+    """GRPO's or RLOO's credit (`algo.name`): each trajectory's return against its group's
+    (at `reward_level: turn`, each turn's return-to-go against the group's returns)."""
+    mask = r.loss_mask.to(r.token_rewards.dtype)
+    if algo.reward_level == "trajectory":
+        returns = r.token_rewards.sum(-1)  # [N] (a KL in the reward included)
+        if algo.name == "rloo":
+            adv = rloo_advantages(returns, r.group_ids)
+        else:
+            adv = grpo_advantages(
+                returns, r.group_ids, scale_by_std=algo.scale_by_std, std_floor=algo.std_floor
+            )
+        return adv.unsqueeze(-1) * mask, None
+    to_go = turn_returns_to_go(r.turn_rewards, gamma=algo.turn_gamma)  # [N, K]
+    center, scale = group_center_scale(algo, to_go[:, 0], r.group_ids)  # [N], [N]
+    return r.on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1)), None
+
+
+@register_algorithm("grpo")
+class GRPO(Algorithm):
+    """Group-relative advantages (DeepSeekMath): return less the group mean, over its std."""
+
+    estimate = staticmethod(group_estimate)
+
+
+@register_algorithm("rloo")
+class RLOO(Algorithm):
+    """Leave-one-out baseline (Ahmadian et al. 2024): the mean of the group's other returns."""
+
+    estimate = staticmethod(group_estimate)
+
+
+def reinforce_pp_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
+    """REINFORCE++ (Hu 2025): returns-to-go, less the group mean with `reinforce_baseline`,
+    whitened over the batch."""
+    groups = r.group_ids if algo.reinforce_baseline else None
+    adv = reinforce_pp_advantages(r.token_rewards, r.loss_mask, gamma=algo.gamma, group_ids=groups)
+    return adv, None
+
+
+@register_algorithm("reinforce++")
+class ReinforcePP(Algorithm):
+    """REINFORCE++: no critic, no group-relative scaling; the batch whitens the returns."""
+
+    estimate = staticmethod(reinforce_pp_estimate)

@@ -1,0 +1,80 @@
+"""PPO with a critic: GAE advantages and a clipped value loss (StarPO at trajectory level).
+
+The critic is a value head on a copy of the policy's trunk, trained beside the policy
+(`vf_coef`, `value_clip_eps`, `optim.critic_lr`). Its warm-up (`critic_warmup_steps`): the
+first steps train only the critic on their rollouts, the first of them starting the value
+head at the least-squares fit of its returns, so its baseline is useful from the first
+policy update.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from agentrl.algos.advantages import gae
+from agentrl.algos.base import Algorithm, CreditInputs, Needs, register_algorithm
+from agentrl.algos.config import AlgoConfig
+from agentrl.algos.estimate import Rewards, compute_advantages
+from agentrl.algos.losses import explained_variance
+
+if TYPE_CHECKING:
+    from agentrl.runtime.batch import TrainBatch
+
+__all__ = ["PPO", "gae_estimate"]
+
+
+def gae_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, Tensor]:
+    """GAE over the trained tokens (`gamma`, `lam`): advantages and the critic's targets."""
+    if r.values is None:
+        raise ValueError("ppo needs critic values (TrainBatch.old_values)")
+    return gae(r.token_rewards, r.values, r.loss_mask, gamma=algo.gamma, lam=algo.lam)
+
+
+@register_algorithm("ppo")
+class PPO(Algorithm):
+    """PPO clip with a critic and GAE; the critic warms up for `critic_warmup_steps`."""
+
+    estimate = staticmethod(gae_estimate)
+
+    @property
+    def needs(self) -> Needs:
+        base = super().needs
+        return Needs(old_logp=base.old_logp, reference=base.reference, critic=True)
+
+    def trains_policy(self, step: int) -> bool:
+        return step > self.cfg.critic_warmup_steps
+
+    def credit(self, batch: TrainBatch, inputs: CreditInputs) -> dict[str, float]:
+        """GAE credit, and the critic's explained variance of its targets and of the plain
+        returns (rollout-time values)."""
+        metrics = super().credit(batch, inputs)
+        if batch.old_values is not None and batch.value_targets is not None:
+            metrics["critic/explained_var"] = explained_variance(
+                batch.old_values, batch.value_targets, batch.loss_mask
+            )
+            # lambda-returns hold the critic's own later values: also score it on the plain
+            # returns, which nothing of the critic's enters
+            metrics["critic/explained_var_mc"] = explained_variance(
+                batch.old_values, self.critic_fit_targets(batch, inputs), batch.loss_mask
+            )
+        return metrics
+
+    def critic_fit_targets(self, batch: TrainBatch, inputs: CreditInputs) -> Tensor:
+        """Each trained token's return-to-go of the (scaled) rewards `[B, T]`: no bootstrap
+        (lambda 1) and no KL penalty."""
+        mc = self.cfg.model_copy(
+            update={"lam": 1.0, "whiten_advantages": False, "kl_in_reward": False}
+        )
+        return compute_advantages(
+            mc,
+            loss_mask=batch.loss_mask,
+            turn_rewards=batch.turn_rewards / inputs.reward_scale,
+            turn_ids=batch.turn_ids,
+            group_ids=batch.group_ids,
+            traj_ids=batch.traj_ids,
+            values=torch.zeros_like(batch.loss_mask),
+            estimate=gae_estimate,
+        ).value_targets
