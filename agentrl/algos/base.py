@@ -51,6 +51,7 @@ _FAMILIES = (
     "agentrl.algos.policy_gradient",
     "agentrl.algos.ppo",
     "agentrl.algos.imitation",
+    "agentrl.algos.gigpo",
 )
 """The modules of the built-in families: one file each."""
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from agentrl.algos.advantages import grpo_advantages
+from agentrl.algos.advantages import grpo_advantages, turn_returns_to_go
+from agentrl.algos.base import Algorithm, register_algorithm
+from agentrl.algos.config import AlgoConfig
+from agentrl.algos.estimate import Rewards
 
 __all__ = ["gigpo_advantages", "step_group_advantages"]
 
@@ -118,9 +121,30 @@ def gigpo_advantages(
     return torch.where(state_ids >= 0, combined, torch.zeros_like(combined))
 
 
-# ---------------------------------------------------------------------------------------------
-# The GiGPO algorithm class goes below this line, once the `Algorithm` interface exists
-# (issue 46, part 1): its credit step computes `to_go = turn_returns_to_go(turn_rewards,
-# gamma=...)`, calls `gigpo_advantages` with `TrainBatch.turn_states`, and spreads each turn's
-# advantage over that turn's trained tokens.
-# ---------------------------------------------------------------------------------------------
+def gigpo_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
+    """GiGPO's credit on the packed trajectories: each turn's `gigpo_advantages` (episode
+    returns, turn returns-to-go at `turn_gamma`, the anchor states of `TrainBatch.turn_states`:
+    equal prompts) on that turn's trained tokens."""
+    if r.state_ids is None:
+        raise ValueError("gigpo needs the anchor state of every turn (TrainBatch.turn_states)")
+    to_go = turn_returns_to_go(r.turn_rewards, gamma=algo.turn_gamma)  # [N, K]
+    credit = gigpo_advantages(
+        r.turn_rewards.sum(-1),
+        to_go,
+        r.state_ids,
+        r.group_ids,
+        omega=algo.step_weight,
+        scale_by_std=algo.scale_by_std,
+    )  # [N, K]
+    return r.on_turn_tokens(credit), None
+
+
+@register_algorithm("gigpo")
+class GiGPO(Algorithm):
+    """Group-in-Group Policy Optimization (Feng et al. 2025): GRPO's episode advantage plus
+    `step_weight` times a step advantage among the visits of the same anchor state within a
+    group; PPO clip, no critic. Needs `reward_level: turn`; anchor states are equal prompts,
+    so prompts should hold the state (`rollout.history_turns: 0` where the observation is the
+    whole state)."""
+
+    estimate = staticmethod(gigpo_estimate)

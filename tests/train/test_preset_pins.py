@@ -87,6 +87,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "starpo": ("starpo", _SAMPLED),
     "starpo-s": ("starpo-s", _SAMPLED),
     "ppo": ("ppo", [*_SAMPLED, "algo.critic_warmup_steps=1"]),
+    "gigpo": ("gigpo", _SAMPLED),
     "expert-iteration": ("expert-iteration", [*_SEARCH, "algo.search_beam=4"]),
 }
 """Pin name -> (preset, overrides). Small sizes: the whole file runs in about a minute."""
