@@ -42,7 +42,7 @@ import torch
 
 from agentrl._kvcache import shared_prefix_batch
 from agentrl.envs.base import Observation, TokenEnv
-from agentrl.sft.data import expert_episode
+from agentrl.rollout.expert import expert_episode
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
 

@@ -18,17 +18,13 @@ SFT on it teaches the format, not the task. Register other experts by name:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-Expert = Callable[[Any, int | None], str]
-"""`expert(env, max_actions) -> answer text` for the env's current state."""
+from agentrl.rollout.expert import Expert, NoExpertError
+
+__all__ = ["Expert", "NoExpertError", "experts", "get_expert", "register_expert"]
 
 _EXPERTS: dict[str, Expert] = {}
-
-
-class NoExpertError(ValueError):
-    """The named expert does not exist, or the env offers nothing it can use."""
 
 
 def register_expert(name: str, expert: Expert) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from agentrl.config import TrainConfig
 from agentrl.runtime.backend import Backend, make_backend
+from agentrl.train.config import TrainConfig
 
 
 def backend_for_run(

@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from agentrl.config import load_config
 from agentrl.runtime.checkpoint import fsync_dir, rng_state, set_rng_state
 from agentrl.runtime.lora import ADAPTER_DIR
 from agentrl.runtime.model_settings import write_model_settings
+from agentrl.train.config import load_config
 
 CHECKPOINT_DIR = "checkpoints"
 WARM_START_DIR = "warm_start"

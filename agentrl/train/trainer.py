@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from agentrl.algos.base import CreditInputs, make_algorithm
-from agentrl.config import TrainConfig
 from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.engines import SeededEngine, build_engine
 from agentrl.rollout.loop import RolloutResult
@@ -45,6 +44,7 @@ from agentrl.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from agentrl.train.config import TrainConfig
 from agentrl.train.critic import build_critic
 from agentrl.train.learner import Learner, credited_rows
 from agentrl.trajectory.bridge import ChatBridge
@@ -480,8 +480,8 @@ def _check_env(name: str, kwargs: dict[str, Any]) -> None:
 
     It also loads the env registry in this thread, before the rollout's threads use it.
     """
-    from agentrl.config import ConfigError
     from agentrl.envs import make
+    from agentrl.runtime.config import ConfigError
 
     try:
         make(name, **kwargs).close()

@@ -14,6 +14,7 @@ import torch
 from agentrl.algos.presets import load_preset
 from agentrl.config import ConfigError, load_config
 from agentrl.envs import make
+from agentrl.rollout.expert import expert_ids
 from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
 from agentrl.rollout.search import (
     SEARCH_KEY,
@@ -25,7 +26,6 @@ from agentrl.rollout.search import (
     timed_search,
 )
 from agentrl.runtime.batch import to_batch
-from agentrl.sft.data import expert_ids
 from agentrl.sft.train import masked_nll
 from agentrl.train import learner
 from agentrl.train.trainer import Trainer

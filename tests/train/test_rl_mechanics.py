@@ -280,9 +280,9 @@ def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted(monkeypat
     # An env whose keys for its preset give turn rewards (here Sokoban's, patched: grpo with
     # `reward_level: turn`): overriding the algorithm to gigpo, which needs them, must not be
     # checked against the global default preset's trajectory rewards.
-    from agentrl.config import ConfigError
     from agentrl.cli import train as _cli
     from agentrl.cli.train import resolve_train_config
+    from agentrl.config import ConfigError
 
     real = _cli.env_defaults
 
