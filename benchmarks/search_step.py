@@ -1,6 +1,6 @@
 """One step of the Sokoban default's search, with the env's `clone()` against `copy.deepcopy`.
 
-Runs `expert-iteration-focus`'s search (greedy play on every room, the beam of 8 on the rooms
+Runs the `expert-iteration` preset's search (greedy play on every room, the beam of 8 on the rooms
 it fails, 30% of the greedy solutions kept) from a fixed policy, alternating the two ways of
 copying an env mid-episode on the same rooms, and checks that both find the same solutions
 with the same scores. Prints the wall time of each round and the median ratio.
@@ -28,7 +28,7 @@ def compare(model_dir: str, rooms: int, rounds: int) -> dict[str, list[float]]:
     from agentrl.envs.registry import make
     from agentrl.envs.sokoban.env import SokobanEnv
     from agentrl.rollout.models import load_model, load_tokenizer
-    from agentrl.train.search import timed_search
+    from agentrl.rollout.search import timed_search
     from agentrl.trajectory.bridge import ChatBridge
 
     model = load_model(model_dir)
