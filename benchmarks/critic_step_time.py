@@ -37,7 +37,7 @@ def main() -> None:
     from agentrl.sft.data import expert_trajectories
     from agentrl.sft.expert import solver_expert
     from agentrl.train.critic import build_critic, token_values, value_head
-    from agentrl.train.trainer import trained_positions
+    from agentrl.train.learner import trained_positions
 
     torch.set_num_threads(args.threads)
     path = str(resolve_model("tiny"))

@@ -102,7 +102,7 @@ def test_short_single_or_cut_prefixes_still_match(
 def test_trainer_token_logprobs_with_shared_prefix_match(tiny_model_path: Path) -> None:
     from types import SimpleNamespace
 
-    from agentrl.train.trainer import token_logprobs, trained_positions
+    from agentrl.train.learner import token_logprobs, trained_positions
 
     model = _model(tiny_model_path)
     ids, mask = _rows(prefix_len=40, tails=[12, 9, 12])
