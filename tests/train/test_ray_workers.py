@@ -60,7 +60,6 @@ def test_ray_fsdp2_ranks_match_local(ray_cluster) -> None:
     local = LocalBackend(
         load_model("tiny", dtype="float32").train(),
         optim=optim,
-        trainer=TrainerConfig(),
         lr=LR,
         num_optimizer_steps=2,
         device=torch.device("cpu"),

@@ -56,8 +56,6 @@ def _cmd(run_dir: Path, *extra: str) -> list[str]:
         "optim.lr=1e-3",
         "--set",
         "logging.progress=false",
-        "--set",
-        "logging.collapse.window=2",  # the detector's history crosses the kill
         *extra,
     ]
 
