@@ -37,7 +37,7 @@ from agentrl.runtime.metrics import (
     MetricsLogger,
     trajectory_stats,
 )
-from agentrl.train.backends import backend_for_run as make_backend
+from agentrl.train.backends import backend_for_run
 from agentrl.train.checkpoint import (
     TrainerState,
     latest_checkpoint,
@@ -115,11 +115,11 @@ class Trainer:
         logits_to_keep = "logits_to_keep" in inspect.signature(policy_model.forward).parameters
         critic_model = build_critic(policy_model) if self.algo.needs.critic else None
         num_optimizer_steps = cfg.trainer.num_steps * algo.ppo_epochs * algo.num_mini_batches
-        self.policy = make_backend(
+        self.policy = backend_for_run(
             cfg, policy_model, lr=cfg.optim.lr, num_optimizer_steps=num_optimizer_steps
         )
         self.critic = (
-            make_backend(
+            backend_for_run(
                 cfg,
                 critic_model,
                 lr=cfg.optim.critic_lr,
@@ -210,7 +210,7 @@ class Trainer:
 
     # -- the step -----------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
-        """One training step; returns (and logs) its metrics."""
+        """One training step: collect, keep, score, credit, update, sync, log, checkpoint."""
         timer = StageTimer()
         step = self.state.step + 1
         with timer("rollout"):
@@ -220,27 +220,8 @@ class Trainer:
         metrics = (trajectory_stats(trajs) if result.sampled else {}) | result.metrics
         kept, keep_metrics = self.keep(trajs, sampled=result.sampled)
         metrics |= keep_metrics
-        num_train_tokens = 0
         if kept:
-            batch = to_batch(kept, pad_id=self.pad_id)
-            if self.cfg.algo.normalize_rewards:
-                metrics["reward/norm_scale"] = self.reward_scale
-            rng = random.Random(f"labels/{self.cfg.seed}/{step}")  # the step's credit draws
-            credit = CreditInputs(kept, self.reward_scale, rng)
-            if self.critic is not None and step == 1 and not self.algo.trains_policy(step):
-                with timer("critic_fit"):  # the critic's warm-up starts at a least-squares fit
-                    self.learner.fit_value_head(batch, self.algo.critic_fit_targets(batch, credit))
-            if self.algo.credit_before_scoring:  # score only the rows the update will train
-                metrics |= self.algo.credit(batch, credit)
-                with timer("score"):
-                    self.learner.score(batch, rows=credited_rows(batch))
-            else:
-                with timer("score"):
-                    self.learner.score(batch)  # old_logp, ref_logp, old_values
-                metrics |= self.algo.credit(batch, credit)  # advantages, value_targets [B, T]
-            with timer("update"):
-                metrics |= self.learner.update(batch, train_policy=self.algo.trains_policy(step))
-            num_train_tokens = int(metrics["throughput/train_tokens"])
+            metrics |= self.learn(step, kept, timer)  # score, credit, update
         else:
             log.warning(
                 "step %d: no trajectory to train on (all env/engine errors, or the algorithm "
@@ -254,11 +235,40 @@ class Trainer:
         if not self.cfg.trainer.async_rollout:
             with timer("sync"):
                 self.sync_weights()
+        num_train_tokens = int(metrics.get("throughput/train_tokens", 0))
         metrics |= self._throughput(timer, trajs, num_train_tokens)
         metrics |= self._collapse_check(step, metrics, groups=result.sampled)
         if self.cfg.eval.every and step % self.cfg.eval.every == 0 and self.engine is not None:
             with timer("eval"):
                 metrics |= self.evaluate()
+        self.log_and_checkpoint(step, metrics, timer)
+        return metrics
+
+    def learn(self, step: int, kept: list[Trajectory], timer: StageTimer) -> dict[str, float]:
+        """Score, credit and update on the kept trajectories, in the order the algorithm needs."""
+        metrics: dict[str, float] = {}
+        batch = to_batch(kept, pad_id=self.pad_id)
+        if self.cfg.algo.normalize_rewards:
+            metrics["reward/norm_scale"] = self.reward_scale
+        rng = random.Random(f"labels/{self.cfg.seed}/{step}")  # the step's credit draws
+        credit = CreditInputs(kept, self.reward_scale, rng)
+        if self.critic is not None and step == 1 and not self.algo.trains_policy(step):
+            with timer("critic_fit"):  # the critic's warm-up starts at a least-squares fit
+                self.learner.fit_value_head(batch, self.algo.critic_fit_targets(batch, credit))
+        if self.algo.credit_before_scoring:  # score only the rows the update will train
+            metrics |= self.algo.credit(batch, credit)
+            with timer("score"):
+                self.learner.score(batch, rows=credited_rows(batch))
+        else:
+            with timer("score"):
+                self.learner.score(batch)  # old_logp, ref_logp, old_values
+            metrics |= self.algo.credit(batch, credit)  # advantages, value_targets [B, T]
+        with timer("update"):
+            metrics |= self.learner.update(batch, train_policy=self.algo.trains_policy(step))
+        return metrics
+
+    def log_and_checkpoint(self, step: int, metrics: dict[str, float], timer: StageTimer) -> None:
+        """Add the step's timings, log its metrics, then checkpoint when one is due."""
         metrics |= {f"time/{k}": v for k, v in timer.seconds.items()}
         metrics["time/step"] = sum(timer.seconds.values())
         if self._last_checkpoint_s is not None:
@@ -271,7 +281,6 @@ class Trainer:
             start = time.perf_counter()
             self.save_checkpoint()
             self._last_checkpoint_s = time.perf_counter() - start
-        return metrics
 
     # -- stages -------------------------------------------------------------------------------
     def train_seeds(self, step: int) -> list[int]:
