@@ -169,11 +169,14 @@ class CountdownEnv(TokenEnv):
                         feedback = f"Your expression equals {_show(expr.value)}, not {self.target}."
         out_of_turns = self._turns >= self.max_turns
         self._done = correct or out_of_turns
-        truncated = not correct and out_of_turns
+        # One attempt: the answer ends the task (as the math env's one-turn episodes). With
+        # several, running out of them truncates the episode.
+        terminated = correct or (out_of_turns and self.max_turns == 1)
+        truncated = self._done and not terminated
         info = {"success": correct, "valid": valid}
         if not self._done:
             feedback += f" Try again: target {self.target}, numbers {self.numbers}."
-        return feedback, float(reward), correct, truncated, info
+        return feedback, float(reward), terminated, truncated, info
 
     def sample_action(self, rng: np.random.Generator) -> str:
         """The numbers in a random order joined by random operators."""

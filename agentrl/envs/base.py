@@ -8,7 +8,8 @@ from typing import Any, ClassVar, TypedDict
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
+
+from agentrl.envs.spaces import AnyText
 
 
 class Message(TypedDict):
@@ -20,8 +21,6 @@ class Message(TypedDict):
 
 Observation = str | list[Message]
 """A user message as plain text, or a list of chat messages (role `user` or `tool`)."""
-
-MAX_TEXT_CHARS = 1_000_000
 
 
 class EnvNotResetError(RuntimeError):
@@ -61,9 +60,13 @@ class TokenEnv(gym.Env):
     """True if the env itself ends every episode within `max_turns` steps; False documents
     that it may run longer and relies on the rollout to truncate it (`check_env` reads this)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
-    observation_space = spaces.Text(max_length=MAX_TEXT_CHARS)
-    action_space = spaces.Text(max_length=MAX_TEXT_CHARS)
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    """No render modes by default; an env that implements `render()` declares `["ansi"]`."""
+    observation_space: gym.spaces.Space[Any] = AnyText()
+    """Any text. An env that returns lists of chat messages declares `TextOrMessages()`
+    (agentrl.envs.spaces), so that Gymnasium's checker finds its observations in the space."""
+    action_space: gym.spaces.Space[Any] = AnyText()
+    """Any text: a malformed action is an ordinary step."""
 
     _has_reset: bool = False
 

@@ -5,14 +5,19 @@ packages through the entry-point group `agentrl.envs`, and `module.path:Class` s
 accepted wherever a name is.
 
 The registry imports no env: the built-ins register themselves when the `agentrl.envs`
-package is imported (`agentrl/envs/builtin.py`, as Gymnasium's `envs/__init__` does), and the
-entry points are read on the first lookup. A later `register` call wins over an earlier one,
+package is imported (`agentrl/envs/builtin.py`, as Gymnasium's `envs/__init__` does), and so
+do the entry points (`load_entry_points`). A later `register` call wins over an earlier one,
 and an entry point never replaces a name registered in code.
+
+Every name is also registered with Gymnasium under the `agentrl/` namespace, so
+`gymnasium.make("agentrl/sokoban")` builds the env once `agentrl.envs` is imported (a name
+that is not a valid Gymnasium id, say with a space, is left out of Gymnasium's registry).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import threading
 from collections.abc import Callable
@@ -20,9 +25,14 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
+import gymnasium
+
 from agentrl.envs.base import TokenEnv
 
 ENTRY_POINT_GROUP = "agentrl.envs"
+
+GYMNASIUM_NAMESPACE = "agentrl"
+"""Gymnasium ids of agentrl envs are `agentrl/NAME`."""
 
 EntryPoint = type[TokenEnv] | Callable[..., TokenEnv] | str
 
@@ -85,6 +95,26 @@ def register(
     if isinstance(requires, str):
         requires = (requires,)
     _REGISTRY[name] = EnvSpec(name, entry_point, dict(defaults), source, tuple(requires), summary)
+    _register_with_gymnasium(name)
+
+
+def _register_with_gymnasium(name: str) -> None:
+    """Register `agentrl/NAME` with Gymnasium; its entry point calls `make(NAME)` when built,
+    so it follows later `register` calls for NAME."""
+    env_id = f"{GYMNASIUM_NAMESPACE}/{name}"
+    gymnasium.registry.pop(env_id, None)  # a later register wins, without Gymnasium's warning
+    try:
+        gymnasium.register(env_id, entry_point=functools.partial(_make_for_gymnasium, name))
+    except gymnasium.error.Error:  # not a valid Gymnasium id: agentrl's registry still has it
+        pass
+
+
+def _make_for_gymnasium(name: str, *, render_mode: str | None = None, **kwargs: Any) -> TokenEnv:
+    """`gymnasium.make("agentrl/NAME", **kwargs)`: `make(NAME, **kwargs)`, with Gymnasium's
+    `render_mode` (one of the env's `metadata["render_modes"]`) set on the env."""
+    env = make(name, **kwargs)
+    env.render_mode = render_mode
+    return env
 
 
 def _resolve(target: str) -> Any:
@@ -104,7 +134,7 @@ def _resolve(target: str) -> Any:
     return obj
 
 
-def _load_entry_points() -> None:
+def load_entry_points() -> None:
     """Register the entry points of the group `agentrl.envs` once, safely across threads.
 
     Another thread waits until loading is over; `register` calls made by the loading itself
@@ -131,7 +161,7 @@ def _load_entry_points() -> None:
 
 def registry() -> dict[str, EnvSpec]:
     """All known envs by name (built-ins, entry points, user registrations)."""
-    _load_entry_points()
+    load_entry_points()
     return dict(sorted(_REGISTRY.items()))
 
 

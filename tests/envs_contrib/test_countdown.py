@@ -37,7 +37,15 @@ def test_scoring(answer: str, reward: float, success: bool) -> None:
     assert obs == "Target: 12. Numbers: [6, 2, 3]."
     _, r, terminated, truncated, info = env.step(answer)
     assert (r, info["success"]) == (reward, success)
-    assert terminated == success and truncated == (not success)
+    assert terminated and not truncated  # one attempt: the answer ends the task
+
+
+def test_last_of_several_attempts_truncates() -> None:
+    env = CountdownEnv(numbers=[6, 2, 3], target=12, max_turns=2)
+    env.reset(seed=0)
+    env.step("<answer>6 + 2 + 3</answer>")
+    _, _, terminated, truncated, info = env.step("<answer>6 + 2 + 3</answer>")
+    assert (terminated, truncated, info["success"]) == (False, True, False)
 
 
 def test_retries_give_feedback_until_turns_run_out() -> None:

@@ -26,6 +26,7 @@ from agentrl.envs.math.data import Problem, load_problems, split_problems
 from agentrl.envs.math.expr import ExprError, ExprLimits, check_numbers_used, parse_expression
 from agentrl.envs.math.generators import GENERATORS
 from agentrl.envs.math.grading import AnswerFormat, Grader, GradingConfig, Verdict, extract_answer
+from agentrl.envs.spaces import TextOrMessages
 from agentrl.envs.tool.tools import parse_tool_calls
 
 __all__ = ["MathEnv", "MathEnvConfig"]
@@ -140,6 +141,7 @@ class MathEnv(TokenEnv):
                 timeout=cfg.tool_timeout_s, sandbox=sandbox, sandbox_config=cfg.sandbox_config
             )
             self.max_turns += cfg.max_tool_calls  # type: ignore[misc]
+            self.observation_space = TextOrMessages()  # tool results come as messages
         hint = _FORMAT_HINTS[cfg.answer_format]
         if cfg.generator == "countdown":
             task = (

@@ -91,6 +91,8 @@ class SokobanEnv(TokenEnv):
         "Answer with actions in order, e.g. <answer>Up || Left</answer>."
     )
     max_turns: ClassVar[int] = 5
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    """`render()` returns the grid as text."""
 
     def __init__(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 
 from agentrl.envs.base import Message, Observation, TokenEnv
 from agentrl.envs.parsing import parse_answer
+from agentrl.envs.spaces import TextOrMessages
 from agentrl.envs.tool.calculator import calculate
 from agentrl.envs.tool.http import ToolError
 from agentrl.envs.tool.tools import Tool, ToolArgumentError, parse_tool_calls, tool
@@ -34,6 +35,8 @@ class ToolEnv(TokenEnv):
         "When you know the answer, reply with <answer>...</answer> and no tool call."
     )
     max_turns = 6
+    observation_space = TextOrMessages()
+    """The task as text, then tool results as `tool` messages."""
 
     def __init__(self, toolset: list[Tool], max_turns: int = 6):
         super().__init__()
