@@ -130,15 +130,58 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return models[0] if len(models) == 1 else None
 
 
-def collect(model: type[BaseModel], path: str = "", doc: str = "") -> list[Section]:
-    """The sections of `model`, depth first: each with its leaf keys in declaration order."""
+def _documented_paths(model: type[BaseModel]) -> dict[type[BaseModel], str]:
+    """Where each section model is documented in full: its shallowest path in the tree."""
+    found: dict[type[BaseModel], str] = {}
+    queue: list[tuple[type[BaseModel], str]] = [(model, "")]
+    while queue:
+        parent, path = queue.pop(0)
+        for name, field in parent.model_fields.items():
+            sub = _submodel(field.annotation)
+            if sub is not None and sub is not parent and sub not in found:
+                found[sub] = f"{path}.{name}" if path else name
+                queue.append((sub, found[sub]))
+    return found
+
+
+def _anchor(path: str) -> str:
+    return (path or "top-level").replace(".", "")
+
+
+def _repeated_section(dotted: str, field: FieldInfo, sub: type[BaseModel], full: str) -> Key:
+    """One row for a section that repeats one documented elsewhere (`warm_start.optim` is an
+    `optim`): a link to it, and the defaults that differ from its own."""
+    own = _default(field)
+    if isinstance(own, BaseModel):
+        ref = sub.model_construct().model_dump(mode="json")
+        own = {k: v for k, v in own.model_dump(mode="json").items() if ref.get(k) != v}
+    link = f"[`{full}`](#{_anchor(full)})"
+    doc = _one_line(field.description)
+    note = f"The keys of {link}, with its defaults but for those shown."
+    return Key(dotted, f"{link} section", format_default(own), f"{doc} {note}".strip())
+
+
+def collect(
+    model: type[BaseModel],
+    path: str = "",
+    doc: str = "",
+    documented: dict[type[BaseModel], str] | None = None,
+) -> list[Section]:
+    """The sections of `model`, depth first: each with its leaf keys in declaration order.
+
+    A section that repeats one documented elsewhere in the tree is one row of its parent."""
+    if documented is None:
+        documented = _documented_paths(model)
     section = Section(path, model, doc, [])
     children: list[Section] = []
     for name, field in model.model_fields.items():
         dotted = f"{path}.{name}" if path else name
         sub = _submodel(field.annotation)
         if sub is not None and sub is not model:
-            children.extend(collect(sub, dotted, _one_line(field.description)))
+            if documented.get(sub, dotted) != dotted:
+                section.keys.append(_repeated_section(dotted, field, sub, documented[sub]))
+            else:
+                children.extend(collect(sub, dotted, _one_line(field.description), documented))
             continue
         type_text = format_type(field.annotation)
         bounds = _bounds(field)
@@ -204,7 +247,7 @@ def render(model: type[BaseModel] | None = None) -> str:
     ]
     for s in sections:
         title = s.path or "top level"
-        anchor = (s.path or "top-level").replace(".", "")
+        anchor = _anchor(s.path)
         summary = s.field_doc or s.class_doc
         lines.append(
             f"- [`{title}`](#{anchor}): {summary}" if s.path else f"- [{title}](#{anchor})"

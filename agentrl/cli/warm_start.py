@@ -22,23 +22,17 @@ log = logging.getLogger("agentrl.train")
 
 
 def sft_config(cfg: Any) -> Any:
-    """The `SFTConfig` of a run's warm start: its env, model, seeds and context limit."""
-    ws = cfg.warm_start
+    """The `SFTConfig` of a run's warm start: its `warm_start` keys as they are, and the run's
+    env, model, seeds, context limit, `history_turns` and threads."""
     return SFTConfig(
+        **dict(cfg.warm_start),
         env=cfg.env,
         model=cfg.model.name,
-        expert=ws.expert,
-        num_episodes=ws.num_episodes,
-        num_epochs=ws.num_epochs,
-        batch_size=ws.batch_size,
-        max_actions_per_turn=ws.max_actions_per_turn,
         max_context_tokens=cfg.rollout.max_context_tokens,
         history_turns=cfg.rollout.history_turns,
-        optim={"lr": ws.lr, "cycles": ws.lr_cycles, "cycle_decay": ws.lr_cycle_decay},
         eval_seed_offset=cfg.eval.seed_offset,
         seed=cfg.seed,
         num_threads=cfg.trainer.num_threads,
-        checkpoint_every_s=ws.checkpoint_every_s,
     )
 
 
@@ -59,7 +53,7 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
         ws.num_episodes,
         ws.expert,
         ws.num_epochs,
-        ws.lr,
+        ws.optim.lr,
         out,
     )
     if not progress:

@@ -1,9 +1,10 @@
 """Config sections both trainers share, and the machinery that loads any config model.
 
 `agentrl.sft.SFTConfig` and `agentrl.config.TrainConfig` nest these sections: the env, the
-model, the optimizer (with LoRA), logging. `load_config` builds a config model from one YAML
-file plus dotted overrides (`--set optim.lr=3e-4`); unknown keys and bad values are errors that
-name the field, the value and the file.
+model, the optimizer (with LoRA), logging, and the supervised fine-tuning on an expert
+(`ExpertSFTConfig`: `SFTConfig` extends it, `TrainConfig.warm_start` is one). `load_config`
+builds a config model from one YAML file plus dotted overrides (`--set optim.lr=3e-4`); unknown
+keys and bad values are errors that name the field, the value and the file.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class _Section(BaseModel):
@@ -83,6 +91,53 @@ class OptimConfig(_Section):
     """Each cycle's peak LR is this times the previous cycle's."""
 
 
+_SFT_OPTIM_DEFAULTS: dict[str, Any] = {
+    "lr": 1e-3,
+    "warmup_steps": 10,
+    "schedule": "cosine",
+    "min_lr_ratio": 0.1,
+}
+"""Where supervised fine-tuning's optimizer defaults differ from `OptimConfig`'s (RL's)."""
+
+
+def _sft_optim() -> OptimConfig:
+    return OptimConfig(**_SFT_OPTIM_DEFAULTS)
+
+
+class ExpertSFTConfig(_Section):
+    """Supervised fine-tuning on an expert's episodes: the keys `agentrl sft` (`SFTConfig`)
+    and the warm start of `agentrl train` (`warm_start`) share."""
+
+    expert: str = "solver"
+    """Registered expert that plays the env (`agentrl.sft.expert.register_expert`)."""
+    num_episodes: int = Field(default=512, gt=0)
+    """Expert episodes (one per training seed)."""
+    max_actions_per_turn: int | None = Field(default=None, gt=0)
+    """Actions per expert answer; None uses the env's own per-turn limit."""
+    num_epochs: int = Field(default=3, gt=0)
+    """Passes over the expert episodes."""
+    batch_size: int = Field(default=16, gt=0)
+    """Samples per optimizer step: episodes, or turns when prompts keep only the last turns
+    (`history_turns`; the warm start takes `rollout.history_turns`)."""
+    optim: OptimConfig = Field(default_factory=_sft_optim)
+    """AdamW and LR schedule (the keys of `optim`), with the defaults of supervised
+    fine-tuning: lr 1e-3, 10 warmup steps, cosine decay to 0.1 x lr. The lr suits the
+    random-weight `tiny` model; use about 1e-5 for a pretrained LLM."""
+    checkpoint_every_s: float | None = Field(default=120.0, ge=0)
+    """Seconds of training between checkpoints, from which `--resume` continues (`agentrl sft
+    --resume`, or `agentrl train --resume` during the warm start); 0 writes one after every
+    step, None none."""
+
+    @field_validator("optim", mode="before")
+    @classmethod
+    def _sft_optim_defaults(cls, value: Any) -> Any:
+        """Fill fields a partial `optim` (e.g. only `lr`) leaves out from the SFT defaults
+        (warmup 10, cosine to 0.1), not from `OptimConfig`'s RL defaults (constant)."""
+        if isinstance(value, dict):
+            return {**_SFT_OPTIM_DEFAULTS, **value}
+        return value
+
+
 class LoraConfig(_Section):
     """Low-rank adapters through `peft` (installed separately: `pip install agentrl[peft]`),
     on every backend. The engines get the merged weights; checkpoints keep the adapter alone
@@ -151,13 +206,14 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def _format_errors(err: ValidationError, tree: dict[str, Any], origin: str) -> str:
+def _format_errors(err: ValidationError, origin: str, retired: dict[str, str]) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         value = e.get("input")
         if e["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown key (value {value!r})")
+            hint = f"; {retired[loc]}" if loc in retired else ""
+            lines.append(f"  {loc}: unknown key (value {value!r}){hint}")
         else:
             lines.append(f"  {loc} = {value!r}: {e['msg']}")
     return f"invalid config ({origin}):\n" + "\n".join(lines)
@@ -170,7 +226,11 @@ def load_config(
     base: dict[str, Any] | None = None,
     model: type[BaseModel],
 ) -> Any:
-    """Build a config from `base`, then a YAML file, then `key.path=value` overrides."""
+    """Build a config from `base`, then a YAML file, then `key.path=value` overrides.
+
+    An unknown key that the model lists in its `retired_keys` (a class attribute: old dotted
+    key -> what to write instead) is reported with that hint.
+    """
     tree: dict[str, Any] = {}
     origins = []
     for source in (base or {},):
@@ -196,7 +256,8 @@ def load_config(
     try:
         return model.model_validate(tree)
     except ValidationError as e:
-        raise ConfigError(_format_errors(e, tree, ", ".join(origins) or "defaults")) from None
+        retired = getattr(model, "retired_keys", {})
+        raise ConfigError(_format_errors(e, ", ".join(origins) or "defaults", retired)) from None
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

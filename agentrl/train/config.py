@@ -2,9 +2,9 @@
 
 One pydantic model per component (loop, backend, checkpoints, evaluation, warm start), nested
 into `TrainConfig` beside the env, model, rollout, engine and algorithm sections; the sections
-`agentrl sft` shares (optimizer, LoRA, logging) live in `agentrl.runtime.config`. Configs load
-from one YAML file plus dotted overrides (`--set algo.clip_eps_high=0.28`); `agentrl.config`
-re-exports what users import.
+`agentrl sft` shares (optimizer, LoRA, logging, the expert fine-tuning the warm start runs) live
+in `agentrl.runtime.config`. Configs load from one YAML file plus dotted overrides
+(`--set algo.clip_eps_high=0.28`); `agentrl.config` re-exports what users import.
 
 >>> cfg = load_config(overrides=["rollout.group_size=4", "env.name=sokoban"])
 >>> cfg.rollout.group_size, cfg.env.name
@@ -14,7 +14,7 @@ re-exports what users import.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +23,7 @@ from agentrl.rollout.config import EngineConfig, RolloutConfig
 from agentrl.runtime.config import (
     CollapseConfig,
     EnvConfig,
+    ExpertSFTConfig,
     LoggingConfig,
     LoraConfig,
     ModelConfig,
@@ -109,12 +110,14 @@ class EvalConfig(_Section):
     """Validation seeds are `seed_offset + i`; training seeds stay below it (disjoint)."""
 
 
-class WarmStartConfig(_Section):
+class WarmStartConfig(ExpertSFTConfig):
     """Supervised fine-tuning on an expert's episodes before RL (`agentrl sft`, run in-line).
 
     With `expert` set, a new run first plays `num_episodes` training seeds with the expert,
     fine-tunes the model on them (token-exact trajectories, masked NLL) into
     `<run>/warm_start`, and then starts RL from that model. A resumed run reuses the folder.
+    The keys are `agentrl sft`'s (`ExpertSFTConfig`); the env, model, seed, context limit and
+    `history_turns` come from the run.
     """
 
     expert: str | None = None
@@ -123,23 +126,17 @@ class WarmStartConfig(_Section):
     """Expert episodes (one per training seed, from seed 0)."""
     num_epochs: int = Field(default=1, gt=0)
     """Passes over the expert episodes."""
-    batch_size: int = Field(default=16, gt=0)
-    """Samples per optimizer step: episodes, or turns when `rollout.history_turns` is set."""
-    lr: float = Field(default=1e-3, gt=0)
-    """Peak learning rate (warmup, then cosine decay); use ~1e-5 for a pretrained LLM."""
-    max_actions_per_turn: int | None = Field(default=None, gt=0)
-    """Actions per expert answer (default: the env's maximum)."""
-    lr_cycles: int = Field(default=1, gt=0)
-    """The cosine schedule restarts this many times (`optim.cycles` of the SFT)."""
-    lr_cycle_decay: float = Field(default=1.0, gt=0, le=1)
-    """Each restart's peak LR is this times the previous one's (`optim.cycle_decay`)."""
-    checkpoint_every_s: float | None = Field(default=120.0, ge=0)
-    """Seconds of warm-start training between checkpoints, from which `agentrl train --resume`
-    continues it (`SFTConfig.checkpoint_every_s`); 0: after every step, None: never."""
 
 
 class TrainConfig(_Section):
     """Everything one `agentrl train` run needs."""
+
+    retired_keys: ClassVar[dict[str, str]] = {
+        "warm_start.lr": "now warm_start.optim.lr",
+        "warm_start.lr_cycles": "now warm_start.optim.cycles",
+        "warm_start.lr_cycle_decay": "now warm_start.optim.cycle_decay",
+    }
+    """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 
     env: EnvConfig = Field(default_factory=EnvConfig)
     """The environment to train on."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -75,9 +76,29 @@ def test_warm_start_section_in_the_config(tmp_path: Path) -> None:
     result = runner.invoke(app, ["train", "--print-config", *WARM])
     assert result.exit_code == 0, result.output
     assert "expert: solver" in result.output
-    bad = runner.invoke(app, ["train", "--print-config", "--set", "warm_start.lr=0"])
+    bad = runner.invoke(app, ["train", "--print-config", "--set", "warm_start.optim.lr=0"])
     assert bad.exit_code == 2
-    assert "warm_start.lr" in bad.output
+    assert "warm_start.optim.lr" in bad.output
+
+
+def test_warm_start_takes_the_sft_keys_unrenamed() -> None:
+    """`warm_start` nests `agentrl sft`'s keys; an old name is reported with the new one."""
+    from agentrl.cli.warm_start import sft_config
+    from agentrl.config import ConfigError, load_config
+
+    overrides = [*WARM[1::2], "warm_start.optim.cycles=4", "warm_start.optim.lr=5e-4"]
+    cfg = load_config(overrides=overrides)
+    sft = sft_config(cfg)
+    assert (sft.optim.lr, sft.optim.cycles) == (5e-4, 4)
+    assert (sft.optim.schedule, sft.optim.warmup_steps, sft.optim.min_lr_ratio) == (
+        "cosine",
+        10,
+        0.1,
+    )
+    assert (sft.num_episodes, sft.batch_size, sft.max_actions_per_turn) == (8, 4, 1)
+    for old, new in [("lr", "optim.lr"), ("lr_cycles", "optim.cycles")]:
+        with pytest.raises(ConfigError, match=f"warm_start.{old}: unknown key .*warm_start.{new}"):
+            load_config(overrides=[f"warm_start.{old}=1"])
 
 
 def test_logits_only_where_the_loss_is() -> None:
