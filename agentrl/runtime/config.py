@@ -74,8 +74,6 @@ class OptimConfig(_Section):
     """AdamW decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW beta1, beta2."""
-    eps: float = Field(default=1e-8, gt=0)
-    """AdamW epsilon."""
     max_grad_norm: float = Field(default=1.0, gt=0)
     """Gradients are clipped to this global L2 norm before each optimizer step."""
     warmup_steps: int = Field(default=0, ge=0)

@@ -9,6 +9,9 @@ import torch
 
 from agentrl.runtime.config import OptimConfig
 
+ADAM_EPS = 1e-8
+"""AdamW's epsilon (PyTorch's default)."""
+
 
 def build_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: OptimConfig, *, lr: float
@@ -16,7 +19,7 @@ def build_optimizer(
     """AdamW over the parameters that require grad (foreach kernels, no fused CPU path)."""
     trainable = [p for p in params if p.requires_grad]
     return torch.optim.AdamW(
-        trainable, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+        trainable, lr=lr, betas=cfg.betas, eps=ADAM_EPS, weight_decay=cfg.weight_decay
     )
 
 
