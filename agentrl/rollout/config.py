@@ -76,11 +76,6 @@ class RolloutConfig(_Section):
     num_env_workers: int = Field(16, ge=1)
     """Threads or processes that run env calls (`thread`, `process`); with `ray`, the
     threads of each env actor."""
-    inline_env_step_s: float | None = Field(0.001, ge=0)
-    """`thread`: once the rollout's first 8 env steps each took less than this many seconds,
-    later steps run on the event loop itself (no thread hop; they cannot time out). The
-    first step that takes longer sends all later steps back to the pool. None: always the
-    pool."""
     num_env_actors: int = Field(2, ge=1)
     """`ray`: env actors (worker processes) in the pool; an episode stays on one actor."""
     env_actor_num_cpus: float = Field(0.5, ge=0.0)
