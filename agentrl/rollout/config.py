@@ -65,11 +65,10 @@ class RolloutConfig(_Section):
     observation, so each turn is its own sample with its own prompt (for envs whose
     observation is the whole state, e.g. Sokoban; 0 keeps only the current observation)."""
     episode_timeout_s: float | None = Field(None, gt=0)
-    """Wall-clock budget of one episode; when it runs out the episode ends `truncated`."""
+    """Wall-clock budget of one episode, env calls and generation included; when it runs out
+    the episode ends `truncated`."""
     env_step_timeout_s: float | None = Field(60.0, gt=0)
     """Longest one env reset/step may take; past it the episode ends `env_error`."""
-    generate_timeout_s: float | None = Field(None, gt=0)
-    """Longest one generation may take; past it the episode ends `engine_error`."""
     env_executor: Literal["thread", "process", "ray"] = "thread"
     """Where env reset/step run: a thread pool, worker processes for CPU-heavy envs, or Ray
     actors (which can live on CPU-only nodes of the cluster)."""

@@ -396,7 +396,7 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
     cfg, bridge = ctx.cfg, ctx.bridge
     traj = Trajectory(samples=[], turns=[], env_name=ctx.env_name, seed=seed, group_id=group_id)
     deadline = None if cfg.episode_timeout_s is None else time.monotonic() + cfg.episode_timeout_s
-    step_s, gen_s = cfg.env_step_timeout_s, cfg.generate_timeout_s
+    step_s = cfg.env_step_timeout_s
     env_s = generation_s = 0.0
     parse_failures = 0
     tokens: EpisodeTokens | None = None
@@ -448,7 +448,7 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
             t0 = time.monotonic()
             try:
                 completions = await _bounded(
-                    ctx.engine.generate([request]), gen_s, deadline, Status.ENGINE_ERROR, "generate"
+                    ctx.engine.generate([request]), None, deadline, Status.ENGINE_ERROR, "generate"
                 )
             finally:
                 generation_s += time.monotonic() - t0
