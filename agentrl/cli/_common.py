@@ -1,6 +1,12 @@
-"""What every command shares: failing with a one-line message."""
+"""What every command shares: failing with a one-line message, or a few lines when an env
+breaks its contract."""
 
 from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import typer
 
@@ -9,3 +15,29 @@ def fail(message: str, code: int = 2) -> None:
     """Print `error: message` to stderr and exit with `code` (2: bad usage)."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+@contextmanager
+def env_errors_stop(
+    env: str, kwargs: dict[str, Any] | None = None, *, resume: str | None = None
+) -> Iterator[None]:
+    """Turn an `EnvContractError` raised inside into a few lines on stderr and exit code 1:
+    the env class, what it returned, the fix, the `agentrl envs check` command for `env`
+    (with its keyword arguments) and, given `resume`, how to go on once it is fixed."""
+    from agentrl.envs.contract import EnvContractError
+
+    try:
+        yield
+    except EnvContractError as e:
+        sets = [f"--set {shlex.quote(f'{k}={v}')}" for k, v in (kwargs or {}).items()]
+        check = " ".join(["agentrl envs check", shlex.quote(env), *sets])
+        lines = [
+            f"error: env {e.env} broke the TokenEnv contract, so the run stopped:",
+            f"  {e.call} returned {e.returned}",
+            f"  fix: {e.fix}",
+            f"  check the env with: {check}",
+        ]
+        if resume:
+            lines.append(f"  then resume with: {resume}")
+        typer.echo("\n".join(lines), err=True)
+        raise typer.Exit(1) from None

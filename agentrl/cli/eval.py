@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl.cli._common import env_errors_stop
 from agentrl.cli._common import fail as _fail
 from agentrl.runtime.model_settings import ModelSettings
 
@@ -199,6 +200,7 @@ def eval_cmd(
         max_context_tokens=settings.max_context_tokens,
     )
     with contextlib.ExitStack() as stack:
+        stack.enter_context(env_errors_stop(settings.env.name, settings.env.kwargs))
         try:
             model_path = stack.enter_context(loadable_model(model))
         except (FileNotFoundError, ValueError, RuntimeError) as e:  # e.g. an adapter's base

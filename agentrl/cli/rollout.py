@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl.cli._common import env_errors_stop
+
 
 def build_engine(
     model: str,
@@ -104,15 +106,16 @@ def rollout_cmd(
         model, engine, ray=ray, num_replicas=num_replicas, ray_address=ray_address
     )
     try:
-        result = rollout(
-            policy,
-            functools.partial(make, env),
-            tokenizer,
-            list(range(seed, seed + episodes)),
-            cfg=cfg,
-            env_name=env,
-            progress=progress,
-        )
+        with env_errors_stop(env):
+            result = rollout(
+                policy,
+                functools.partial(make, env),
+                tokenizer,
+                list(range(seed, seed + episodes)),
+                cfg=cfg,
+                env_name=env,
+                progress=progress,
+            )
     finally:
         policy.close()
         if env_executor == "ray":

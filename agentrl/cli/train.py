@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl.cli._common import env_errors_stop
 from agentrl.cli._common import fail as _fail
 from agentrl.cli.eval import eval_cmd
 
@@ -222,8 +223,10 @@ def train(
     from agentrl.runtime._dist import exit_rank, leave_process_group
 
     ok = False
+    resume_cmd = f"agentrl train --resume {run_dir}"
     try:
-        run_training(cfg, run_dir, resume=resume is not None)
+        with env_errors_stop(cfg.env.name, cfg.env.kwargs, resume=resume_cmd):
+            run_training(cfg, run_dir, resume=resume is not None)
         ok = True
     except ConfigError as e:  # e.g. an env keyword the env does not take
         _fail(str(e))

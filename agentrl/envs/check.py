@@ -10,7 +10,6 @@ True
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.base import EnvNotResetError, TokenEnv
+from agentrl.envs.contract import reset_problem, step_problem
 from agentrl.envs.registry import make
 
 MALFORMED_ACTIONS: dict[str, str] = {
@@ -100,51 +100,17 @@ def _fmt_exc(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"[:300]
 
 
-def _check_observation(obs: Any, where: str) -> None:
-    fix = "return a str, or a list of {'role': 'user' | 'tool', 'content': str} dicts"
-    if isinstance(obs, str):
-        return
-    if not isinstance(obs, list) or not obs:
-        raise _CheckFailed(f"{where} returned observation of type {type(obs).__name__}", fix)
-    for m in obs:
-        if not isinstance(m, dict) or set(m) - {"role", "content", "name", "tool_call_id"}:
-            raise _CheckFailed(f"{where} returned message {m!r:.100}", fix)
-        if m.get("role") not in ("user", "tool") or not isinstance(m.get("content"), str):
-            raise _CheckFailed(f"{where} returned message {m!r:.100}", fix)
-
-
 def _check_step(out: Any, where: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-    if not isinstance(out, tuple) or len(out) != 5:
-        raise _CheckFailed(
-            f"{where} returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}",
-            "return (observation, reward, terminated, truncated, info)",
-        )
-    obs, reward, terminated, truncated, info = out
-    _check_observation(obs, where)
-    if isinstance(reward, bool) or not isinstance(reward, float) or not math.isfinite(reward):
-        raise _CheckFailed(
-            f"{where} returned reward {reward!r} ({type(reward).__name__})",
-            "return a finite Python float, e.g. float(reward)",
-        )
-    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-        raise _CheckFailed(
-            f"{where} returned terminated={terminated!r}, truncated={truncated!r}",
-            "return Python bools (bool(x)), not numpy bools or ints",
-        )
-    if not isinstance(info, dict):
-        raise _CheckFailed(f"{where} returned info of type {type(info).__name__}", "return a dict")
-    if (terminated or truncated) and not isinstance(info.get("success"), bool):
-        raise _CheckFailed(
-            f"{where} ended the episode with info['success']={info.get('success')!r}",
-            "put info['success'] = bool(...) on the last step of every episode",
-        )
-    return obs, reward, terminated, truncated, info
+    problem = step_problem(out)
+    if problem is not None:
+        raise _CheckFailed(f"{where} returned {problem.returned}", problem.fix)
+    return out
 
 
 def _check_reset(out: Any, where: str) -> tuple[Any, dict[str, Any]]:
-    if not isinstance(out, tuple) or len(out) != 2 or not isinstance(out[1], dict):
-        raise _CheckFailed(f"{where} returned {out!r:.100}", "return (observation, info_dict)")
-    _check_observation(out[0], where)
+    problem = reset_problem(out)
+    if problem is not None:
+        raise _CheckFailed(f"{where} returned {problem.returned}", problem.fix)
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.envs.base import TokenEnv
+from agentrl.envs.contract import checked_reset, checked_step, env_label
 from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
 from agentrl.trajectory.types import Status, Trajectory, Turn
 
@@ -62,7 +63,8 @@ def expert_episode(
     """
     if noise and rng is None:
         raise ValueError("noise > 0 needs an rng")
-    observation, _ = env.reset(seed=seed)
+    label = env_label(env)
+    observation, _ = checked_reset(env.reset(seed=seed), env=label, call=f"reset(seed={seed})")
     traj = Trajectory(samples=[], turns=[], env_name=env_name, seed=seed, group_id=group_id)
     traj.system_prompt, traj.first_observation = env.system_prompt, observation
     tools = [dict(t) for t in (getattr(env, "tools", None) or [])]
@@ -93,7 +95,9 @@ def expert_episode(
             num_sampled=len(ids), action_text=action, finish_reason="stop", weight_version=0
         )
         traj.turns.append(turn)
-        observation, reward, terminated, truncated, info = env.step(action)
+        observation, reward, terminated, truncated, info = checked_step(
+            env.step(action), env=label, call=f"step (turn {t + 1} of the expert's episode)"
+        )
         turn.reward, turn.observation = float(reward), observation
         turn.terminated, turn.truncated, turn.info = bool(terminated), bool(truncated), info
         if terminated:

@@ -4,7 +4,8 @@ A slow env or a long answer never stalls the other episodes: generation is await
 engine (which batches concurrent requests), and env `reset`/`step` run off the event loop,
 in a thread pool or in worker processes. Each episode records a token-exact `Trajectory`
 through the chat-template bridge; failures end one episode (`env_error`, `engine_error`),
-never the rollout.
+never the rollout. Every `reset` and `step` return is checked against the `TokenEnv`
+contract: the first that breaks it stops the rollout with an `EnvContractError`.
 
     result = rollout(engine, partial(make, "sokoban"), tokenizer, seeds=[0, 1], group_size=4)
     result.trajectories   # 8 trajectories, group_id 0 and 1
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from agentrl.envs.base import TokenEnv
+from agentrl.envs.contract import checked_reset, checked_step, env_label
 from agentrl.rollout.config import RolloutConfig
 from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
 from agentrl.trajectory.types import Status, Trajectory, Turn
@@ -63,14 +65,11 @@ class _OutOfTime(Exception):
 
 
 # -- where env calls run ----------------------------------------------------------------------
-def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]]]:
-    """What the loop needs from a new env: system prompt, turn limit, tool schemas (if any)."""
+def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]], str]:
+    """What the loop needs from a new env: system prompt, turn limit, tool schemas (if any),
+    and its class (`module.Class`, for errors)."""
     tools = getattr(env, "tools", None) or []
-    return env.system_prompt, env.max_turns, [dict(t) for t in tools]
-
-
-_INLINE_STEP_S = 0.001
-"""Seconds under which an env step counts as fast enough to run on the event loop."""
+    return env.system_prompt, env.max_turns, [dict(t) for t in tools], env_label(env)
 
 
 class _ThreadEnvs:
@@ -79,21 +78,21 @@ class _ThreadEnvs:
     The pool outlives the rollout (see `_take_thread_pool`), so its threads are already
     running when the next rollout starts its episodes.
 
-    Env steps that are known to be fast run on the event loop itself: after
+    With `inline_s`, env steps that are known to be fast run on the event loop itself: after
     `_NUM_PROBE_STEPS` steps in the pool each took less than `inline_s` seconds, later steps
-    skip the thread hop (two event-loop wake-ups and a GIL hand-over each way; they cannot
-    time out). The first inline step that takes longer sends every later step back to the pool.
+    skip the thread hop (two event-loop wake-ups and a GIL hand-over each way). The first
+    inline step that takes longer sends every later step back to the pool.
     """
 
-    def __init__(self, factory: EnvFactory, num_workers: int, inline_s: float = _INLINE_STEP_S):
+    def __init__(self, factory: EnvFactory, num_workers: int, inline_s: float | None = None):
         self.factory = factory
         self.num_workers = num_workers
         self.pool = _take_thread_pool(num_workers)
         self.envs: dict[int, TokenEnv] = {}
         self.inline_s = inline_s
         self.num_fast_steps = 0
-        self.slow = False
-        """True once a step was too slow to run inline."""
+        self.slow = inline_s is None
+        """True once a step was too slow to run inline (or inlining is off)."""
         self.num_inline_steps = 0
         self.abandoned = False
         """True once a call was given up while its thread may still run (a timeout): the pool
@@ -117,7 +116,7 @@ class _ThreadEnvs:
             self._observe(time.perf_counter() - t0)
 
     def _observe(self, seconds: float) -> None:
-        if seconds >= self.inline_s:
+        if self.inline_s is not None and seconds >= self.inline_s:
             self.slow = True
         else:
             self.num_fast_steps += 1
@@ -396,7 +395,7 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
     cfg, bridge = ctx.cfg, ctx.bridge
     traj = Trajectory(samples=[], turns=[], env_name=ctx.env_name, seed=seed, group_id=group_id)
     deadline = None if cfg.episode_timeout_s is None else time.monotonic() + cfg.episode_timeout_s
-    step_s = cfg.env_step_timeout_s
+    step_s, gen_s = cfg.env_step_timeout_s, cfg.generate_timeout_s
     env_s = generation_s = 0.0
     parse_failures = 0
     tokens: EpisodeTokens | None = None
@@ -420,8 +419,9 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
             env_s += time.monotonic() - t0
 
     try:
-        (system_prompt, env_max_turns, tools), (observation, reset_info) = await env_call(
-            "start", seed
+        (system_prompt, env_max_turns, tools, env_class), reset_out = await env_call("start", seed)
+        observation, reset_info = checked_reset(
+            reset_out, env=env_class, call=f"reset(seed={seed})"
         )
         traj.system_prompt, traj.first_observation = system_prompt, observation
         traj.reset_info = dict(reset_info or {})
@@ -448,7 +448,7 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
             t0 = time.monotonic()
             try:
                 completions = await _bounded(
-                    ctx.engine.generate([request]), None, deadline, Status.ENGINE_ERROR, "generate"
+                    ctx.engine.generate([request]), gen_s, deadline, Status.ENGINE_ERROR, "generate"
                 )
             finally:
                 generation_s += time.monotonic() - t0
@@ -462,7 +462,11 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
                 weight_version=completion.weight_version,
             )
             traj.turns.append(turn)
-            observation, reward, terminated, truncated, info = await env_call("step", action)
+            observation, reward, terminated, truncated, info = checked_step(
+                await env_call("step", action),
+                env=env_class,
+                call=f"step (turn {t + 1} of the episode with seed {seed})",
+            )
             turn.reward, turn.observation = float(reward), observation
             turn.terminated, turn.truncated, turn.info = bool(terminated), bool(truncated), info
             parse_failures += _action_invalid(info)
@@ -572,7 +576,7 @@ async def arollout(
     num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
     envs: _Envs
     if cfg.env_executor == "thread":
-        envs = _ThreadEnvs(env_factory, num_workers)
+        envs = _ThreadEnvs(env_factory, num_workers, cfg.inline_env_step_s)
     elif cfg.env_executor == "process":
         envs = _ProcessEnvs(env_factory, num_workers)
     else:
@@ -598,7 +602,13 @@ async def arollout(
             for i, seed in enumerate(seeds)
             for k in range(group_size)
         ]
-        trajs = list(await asyncio.gather(*tasks))
+        try:
+            trajs = list(await asyncio.gather(*tasks))
+        except BaseException:  # e.g. an EnvContractError: end the other episodes first
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
     finally:
         if bar is not None:
             bar[0].stop()

@@ -42,6 +42,7 @@ import torch
 
 from agentrl._kvcache import shared_prefix_batch
 from agentrl.envs.base import Observation, TokenEnv
+from agentrl.envs.contract import checked_reset, checked_step, env_label
 from agentrl.rollout.expert import expert_episode
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
@@ -175,7 +176,8 @@ def beam_search(
     for seed in seeds:
         env = env_factory()
         envs.append(env)
-        observation, _ = env.reset(seed=int(seed))
+        call = f"reset(seed={seed})"
+        observation, _ = checked_reset(env.reset(seed=int(seed)), env=env_label(env), call=call)
         if not answers:
             answers = env.candidate_answers()
         beams[seed] = [_Node(0.0, 0, env, observation, ())]
@@ -199,7 +201,9 @@ def beam_search(
                     options = [max(options, key=lambda option: option[1])]
                 for answer, lp in options:
                     env = node.env.clone()
-                    observation, _, terminated, truncated, info = env.step(answer)
+                    observation, _, terminated, truncated, info = checked_step(
+                        env.step(answer), env=env_label(env), call=f"step({answer!r}) in a search"
+                    )
                     if terminated and info.get("success", False):
                         found[seed] = [*node.answers, answer]
                         if answer_logp is not None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, ClassVar
 
 from agentrl.envs.base import TokenEnv
 
@@ -26,3 +27,33 @@ class VowelCount(TokenEnv):
         reward = sum(c in "aeiou" for c in letters) / max(1, len(letters))
         done = self.turn >= self.max_turns
         return "Again.", reward, done, False, {"success": reward > 0.3} if done else {}
+
+
+class FourTuple(VowelCount):
+    """Breaks the contract: `step` returns 4 values (the old Gym API), not 5."""
+
+    def step(self, action: str):
+        observation, reward, terminated, _, info = super().step(action)
+        return observation, reward, terminated, info
+
+
+class IntObservation(VowelCount):
+    """Breaks the contract: `reset` returns an int observation."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return 7, {}
+
+
+class BreaksOnThirdSeed(VowelCount):
+    """Plays well on the first two seeds it sees in this process (one step of two groups),
+    then returns an int observation; fixed (never breaks) with `TRAINER_ENVS_FIXED=1`."""
+
+    seen: ClassVar[set[int | None]] = set()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        observation, info = super().reset(seed=seed)
+        self.seen.add(seed)
+        if len(self.seen) > 2 and not os.environ.get("TRAINER_ENVS_FIXED"):
+            return 7, info
+        return observation, info
