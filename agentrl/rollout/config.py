@@ -65,22 +65,16 @@ class RolloutConfig(_Section):
     observation, so each turn is its own sample with its own prompt (for envs whose
     observation is the whole state, e.g. Sokoban; 0 keeps only the current observation)."""
     episode_timeout_s: float | None = Field(None, gt=0)
-    """Wall-clock budget of one episode; when it runs out the episode ends `truncated`."""
+    """Wall-clock budget of one episode, env calls and generation included; when it runs out
+    the episode ends `truncated`."""
     env_step_timeout_s: float | None = Field(60.0, gt=0)
     """Longest one env reset/step may take; past it the episode ends `env_error`."""
-    generate_timeout_s: float | None = Field(None, gt=0)
-    """Longest one generation may take; past it the episode ends `engine_error`."""
     env_executor: Literal["thread", "process", "ray"] = "thread"
     """Where env reset/step run: a thread pool, worker processes for CPU-heavy envs, or Ray
     actors (which can live on CPU-only nodes of the cluster)."""
     num_env_workers: int = Field(16, ge=1)
     """Threads or processes that run env calls (`thread`, `process`); with `ray`, the
     threads of each env actor."""
-    inline_env_step_s: float | None = Field(0.001, ge=0)
-    """`thread`: once the rollout's first 8 env steps each took less than this many seconds,
-    later steps run on the event loop itself (no thread hop; they cannot time out). The
-    first step that takes longer sends all later steps back to the pool. None: always the
-    pool."""
     num_env_actors: int = Field(2, ge=1)
     """`ray`: env actors (worker processes) in the pool; an episode stays on one actor."""
     env_actor_num_cpus: float = Field(0.5, ge=0.0)

@@ -170,9 +170,8 @@ class LoggingConfig(_Section):
     tensorboard: bool = True
     """Write TensorBoard events under `<run>/tensorboard`."""
     wandb: bool = False
-    """Also log to Weights & Biases (needs `wandb` installed and logged in)."""
-    wandb_project: str = "agentrl"
-    """W&B project name."""
+    """Also log to Weights & Biases (needs `wandb` installed and logged in), into the project
+    W&B's `WANDB_PROJECT` environment variable names (`agentrl` when unset)."""
     save_trajectories: int = Field(default=4, ge=0)
     """Trajectories per step written under `<run>/trajectories`; 0 disables."""
     progress: bool = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -121,10 +122,7 @@ class CollapseDetector:
         fired = []
         if all(len(h) == self.WINDOW for h in self.history.values()):
             mean = {k: float(np.mean(h)) for k, h in self.history.items()}
-            if (
-                mean["reward_std"] > 0
-                and reward_std < self.REWARD_STD_DROP * mean["reward_std"]
-            ):
+            if mean["reward_std"] > 0 and reward_std < self.REWARD_STD_DROP * mean["reward_std"]:
                 fired.append("reward_std")
             if mean["entropy"] > 0 and entropy < self.ENTROPY_DROP * mean["entropy"]:
                 fired.append("entropy")
@@ -164,7 +162,10 @@ class MetricsLogger:
             except ImportError as e:
                 raise RuntimeError("logging.wandb=true needs wandb: pip install wandb") from e
             self._wandb = wandb.init(
-                project=cfg.wandb_project, name=run_name, config=dict(config), dir=str(run_dir)
+                project=os.environ.get("WANDB_PROJECT", "agentrl"),
+                name=run_name,
+                config=dict(config),
+                dir=str(run_dir),
             )
 
     def truncate_after(self, step: int) -> None:

@@ -136,6 +136,9 @@ class TrainConfig(_Section):
         "warm_start.lr_cycles": "now warm_start.optim.cycles",
         "warm_start.lr_cycle_decay": "now warm_start.optim.cycle_decay",
         "optim.eps": "removed: AdamW's epsilon is 1e-8",
+        "rollout.inline_env_step_s": "removed: env steps under 1 ms run inline",
+        "rollout.generate_timeout_s": "removed: rollout.episode_timeout_s bounds generation",
+        "logging.wandb_project": "removed: set the WANDB_PROJECT environment variable",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 

@@ -81,12 +81,6 @@ def test_a_slow_inline_step_sends_later_steps_back_to_the_pool() -> None:
     assert envs.slow
 
 
-def test_inline_off() -> None:
-    envs = _ThreadEnvs(ThreadRecordingEnv, 2, inline_s=None)
-    threads, loop_thread = _steps(envs, _NUM_PROBE_STEPS + 4)
-    assert loop_thread not in threads and envs.num_inline_steps == 0
-
-
 class ThreadLogEnv(ScriptedEnv):
     """Records the thread of each reset, step and close (class-wide)."""
 
