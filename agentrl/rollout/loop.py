@@ -72,27 +72,31 @@ def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]], str]:
     return env.system_prompt, env.max_turns, [dict(t) for t in tools], env_label(env)
 
 
+_INLINE_STEP_S = 0.001
+"""Seconds under which an env step counts as fast enough to run on the event loop."""
+
+
 class _ThreadEnvs:
     """Envs live in this process; their calls run in a thread pool.
 
     The pool outlives the rollout (see `_take_thread_pool`), so its threads are already
     running when the next rollout starts its episodes.
 
-    With `inline_s`, env steps that are known to be fast run on the event loop itself: after
+    Env steps that are known to be fast run on the event loop itself: after
     `_NUM_PROBE_STEPS` steps in the pool each took less than `inline_s` seconds, later steps
-    skip the thread hop (two event-loop wake-ups and a GIL hand-over each way). The first
-    inline step that takes longer sends every later step back to the pool.
+    skip the thread hop (two event-loop wake-ups and a GIL hand-over each way; they cannot
+    time out). The first inline step that takes longer sends every later step back to the pool.
     """
 
-    def __init__(self, factory: EnvFactory, num_workers: int, inline_s: float | None = None):
+    def __init__(self, factory: EnvFactory, num_workers: int, inline_s: float = _INLINE_STEP_S):
         self.factory = factory
         self.num_workers = num_workers
         self.pool = _take_thread_pool(num_workers)
         self.envs: dict[int, TokenEnv] = {}
         self.inline_s = inline_s
         self.num_fast_steps = 0
-        self.slow = inline_s is None
-        """True once a step was too slow to run inline (or inlining is off)."""
+        self.slow = False
+        """True once a step was too slow to run inline."""
         self.num_inline_steps = 0
         self.abandoned = False
         """True once a call was given up while its thread may still run (a timeout): the pool
@@ -116,7 +120,7 @@ class _ThreadEnvs:
             self._observe(time.perf_counter() - t0)
 
     def _observe(self, seconds: float) -> None:
-        if self.inline_s is not None and seconds >= self.inline_s:
+        if seconds >= self.inline_s:
             self.slow = True
         else:
             self.num_fast_steps += 1
@@ -395,7 +399,7 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
     cfg, bridge = ctx.cfg, ctx.bridge
     traj = Trajectory(samples=[], turns=[], env_name=ctx.env_name, seed=seed, group_id=group_id)
     deadline = None if cfg.episode_timeout_s is None else time.monotonic() + cfg.episode_timeout_s
-    step_s, gen_s = cfg.env_step_timeout_s, cfg.generate_timeout_s
+    step_s = cfg.env_step_timeout_s
     env_s = generation_s = 0.0
     parse_failures = 0
     tokens: EpisodeTokens | None = None
@@ -448,7 +452,7 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
             t0 = time.monotonic()
             try:
                 completions = await _bounded(
-                    ctx.engine.generate([request]), gen_s, deadline, Status.ENGINE_ERROR, "generate"
+                    ctx.engine.generate([request]), None, deadline, Status.ENGINE_ERROR, "generate"
                 )
             finally:
                 generation_s += time.monotonic() - t0
@@ -576,7 +580,7 @@ async def arollout(
     num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
     envs: _Envs
     if cfg.env_executor == "thread":
-        envs = _ThreadEnvs(env_factory, num_workers, cfg.inline_env_step_s)
+        envs = _ThreadEnvs(env_factory, num_workers)
     elif cfg.env_executor == "process":
         envs = _ProcessEnvs(env_factory, num_workers)
     else:
