@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from agentrl.cli.plan import PhaseClock, plan_lines
+
 log = logging.getLogger("agentrl.train")
 
 
@@ -25,17 +27,23 @@ def _progress(console: Console) -> Progress:
 
 
 def _headline(metrics: dict[str, float]) -> tuple[str, str]:
-    """The step's reward and success for the progress line. An expert-iteration step
-    (`algo.name: expert-iteration`) samples no episode: its success is the share of rooms the search
-    solved, marked as such.
+    """The step's reward and success for the progress line: the policy's own. An
+    expert-iteration step (`algo.name: expert-iteration`) samples no episode: its policy
+    success is its greedy pass over the step's rooms, and the search's is shown beside it,
+    labelled as such.
 
     >>> _headline({"reward/mean": 1.5, "success_rate": 0.25})
     ('1.500', '0.25')
+    >>> _headline({"search/solved_frac": 0.9, "search/greedy_solved_frac": 0.5})
+    ('-', '0.50 (policy, greedy; search 0.90)')
     >>> _headline({"search/solved_frac": 0.9})
-    ('-', '0.90 (search)')
+    ('-', '- (search 0.90)')
     """
     if "search/solved_frac" in metrics:
-        return "-", f"{metrics['search/solved_frac']:.2f} (search)"
+        search = f"search {metrics['search/solved_frac']:.2f}"
+        if "search/greedy_solved_frac" not in metrics:
+            return "-", f"- ({search})"
+        return "-", f"{metrics['search/greedy_solved_frac']:.2f} (policy, greedy; {search})"
     return (
         f"{metrics.get('reward/mean', float('nan')):.3f}",
         f"{metrics.get('success_rate', float('nan')):.2f}",
@@ -87,6 +95,8 @@ def run_training(
     setup_logging()
     if trainer_rank() == 0:
         log.info("run dir %s", run_dir)
+        for line in plan_lines(cfg, Path(run_dir), resume=resume):
+            log.info("%s", line)
     if cfg.warm_start.expert is not None:
         cfg = _with_warm_start(cfg, Path(run_dir))
     if resume and latest_checkpoint(run_dir) is None:  # killed before RL's first checkpoint
@@ -106,6 +116,7 @@ def run_training(
     if trainer.resumed_from is not None:
         log.info("resumed from %s (step %d)", trainer.resumed_from, trainer.state.step)
     log.info("%d steps of %s on %s", total, cfg.model.name, cfg.env.name)
+    clock = PhaseClock("RL")
     try:
         if live_bars(cfg):
             with _progress(console()) as bar:
@@ -114,11 +125,13 @@ def run_training(
                 )
                 while trainer.state.step < total:
                     metrics = trainer.train_step()
+                    clock.step(trainer.state.step, total)
                     reward, success = _headline(metrics)
                     bar.update(task, completed=trainer.state.step, reward=reward, success=success)
         else:
             while trainer.state.step < total:
                 metrics = trainer.train_step()
+                clock.step(trainer.state.step, total)
                 reward, success = _headline(metrics)
                 log.info(
                     "step %d/%d reward %s success %s (%.1f s)",

@@ -6,6 +6,7 @@ stays fast.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -233,8 +234,12 @@ def train(
     except ModelNotFoundError as e:  # --model names no model folder, alias or reachable id
         _fail(str(e))
     except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted; resume with: agentrl train --resume {run_dir}", err=True)
+        typer.echo(f"\ninterrupted; resume with: {resume_cmd}", err=True)
         raise typer.Exit(130) from None
+    except SystemExit as e:  # SIGTERM unwinds as `sys.exit(143)` (agentrl.cli.main)
+        if e.code == 128 + signal.SIGTERM:
+            typer.echo(f"\nstopped (SIGTERM); resume with: {resume_cmd}", err=True)
+        raise
     finally:
         leave_process_group(ok=ok)
     if rank is not None:  # a torchrun rank that finished: no interpreter teardown (see there)

@@ -12,7 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from agentrl.cli.plan import PhaseClock
 from agentrl.runtime.model_settings import write_model_settings
+from agentrl.sft._progress import OnStep, sft_log_progress, sft_progress
 from agentrl.sft.config import SFTConfig
 from agentrl.train.checkpoint import WARM_START_DIR
 
@@ -56,16 +58,21 @@ def warm_start(cfg: Any, run_dir: Path, *, progress: bool = True) -> Path:
         ws.optim.lr,
         out,
     )
+    clock = PhaseClock("warm start (SFT)")
+
+    def timed(on_step: OnStep) -> OnStep:
+        def on_timed_step(step: int, total: int, metrics: dict[str, float]) -> None:
+            on_step(step, total, metrics)
+            clock.step(step, total)
+
+        return on_timed_step
+
     if not progress:
-        from agentrl.sft._progress import sft_log_progress
-
         on_episode, on_step = sft_log_progress(log)
-        result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=on_step)
+        result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=timed(on_step))
     else:
-        from agentrl.sft._progress import sft_progress
-
         with sft_progress(ws.num_episodes, "warm start SFT") as (on_episode, on_step):
-            result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=on_step)
+            result = run_sft(sft_cfg, out, on_episode=on_episode, on_step=timed(on_step))
     write_model_settings(out, cfg)  # the run's settings (16 new tokens, its turns), not SFT's
     log.info(
         "warm start done in %.0f s: expert NLL %.3f -> %.3f, token accuracy %.3f",

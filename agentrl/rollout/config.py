@@ -116,4 +116,5 @@ class EngineConfig(_Section):
     ray_address: str | None = None
     """Ray: cluster to join (`host:port` or `auto`); None starts Ray in this process."""
     update_timeout_s: float = Field(300.0, gt=0.0)
-    """Ray: longest a weight broadcast to all replicas may take."""
+    """Longest the engine may take to load new weights (with `ray`, every replica) before
+    the run fails."""

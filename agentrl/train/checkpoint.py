@@ -76,7 +76,6 @@ def save_checkpoint(
     tokenizer: Any | None = None,
     generator: torch.Generator | None = None,
     keep_last: int = 2,
-    save_optimizer: bool = True,
     rank: int = 0,
 ) -> Path:
     """Write a checkpoint into a temp folder, then rename it to `step-N`; prune old ones.
@@ -94,10 +93,6 @@ def save_checkpoint(
         critic.save(tmp / "critic")
     if rank != 0:
         return final
-    if not save_optimizer:
-        for part in ("policy", "critic"):
-            for name in ("optimizer.pt", "scheduler.pt"):
-                (tmp / part / name).unlink(missing_ok=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "policy" / "model")
     write_run_settings(run_dir, tmp / "policy" / "model")  # eval reproduces the run's settings
@@ -176,4 +171,6 @@ def run_config_file(folder: Path) -> Path | None:
 
 def is_run_dir(folder: Path) -> bool:
     """Whether `folder` looks like an `agentrl train` run directory (not any `config.yaml`)."""
-    return any((folder / name).exists() for name in (CHECKPOINT_DIR, "metrics.jsonl", WARM_START_DIR))
+    return any(
+        (folder / name).exists() for name in (CHECKPOINT_DIR, "metrics.jsonl", WARM_START_DIR)
+    )

@@ -80,8 +80,6 @@ class TrainerConfig(_Section):
     async_rollout: bool = False
     """Overlap the rollout of step t+1 with the update of step t (staleness <= 1, corrected
     with sampler logprobs)."""
-    weight_sync_timeout_s: float = Field(default=300.0, gt=0)
-    """Seconds an engine may take to load new weights before the run fails."""
     num_threads: int = Field(default=0, ge=0)
     """torch intra-op threads on CPU; 0 keeps torch's default."""
 
@@ -93,8 +91,6 @@ class CheckpointConfig(_Section):
     """Write a checkpoint every this many steps (and at the end); 0 only at the end."""
     keep_last: int = Field(default=2, gt=0)
     """Checkpoints kept; older ones are deleted after a new one is written."""
-    save_optimizer: bool = True
-    """Also save optimizer and scheduler state (needed for an exact resume)."""
 
 
 class EvalConfig(_Section):
@@ -139,6 +135,8 @@ class TrainConfig(_Section):
         "rollout.inline_env_step_s": "removed: env steps under 1 ms run inline",
         "rollout.generate_timeout_s": "removed: rollout.episode_timeout_s bounds generation",
         "logging.wandb_project": "removed: set the WANDB_PROJECT environment variable",
+        "trainer.weight_sync_timeout_s": "now engine.update_timeout_s",
+        "checkpoint.save_optimizer": "removed: checkpoints always keep the optimizer state",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 

@@ -369,11 +369,11 @@ class Trainer:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             future = pool.submit(self.engine.update_weights, weights, version)
             try:
-                future.result(timeout=self.cfg.trainer.weight_sync_timeout_s)
+                future.result(timeout=self.cfg.engine.update_timeout_s)
             except concurrent.futures.TimeoutError:
                 raise TimeoutError(
                     f"engine did not load weights version {version} within "
-                    f"trainer.weight_sync_timeout_s={self.cfg.trainer.weight_sync_timeout_s:g} s"
+                    f"engine.update_timeout_s={self.cfg.engine.update_timeout_s:g} s"
                 ) from None
         self.state = replace(self.state, weight_version=version)
         self._synced_step = self.state.step
@@ -406,7 +406,6 @@ class Trainer:
             tokenizer=self.tokenizer,
             generator=self.generator,
             keep_last=self.cfg.checkpoint.keep_last,
-            save_optimizer=self.cfg.checkpoint.save_optimizer,
             rank=self.policy.rank,
         )
         barrier()  # rank 0 renamed the folder: no rank runs ahead of a finished checkpoint
