@@ -109,12 +109,18 @@ def check(
 ) -> None:
     """Run the TokenEnv contract checks on NAME; exit code 1 if any fails.
 
-    Without --train-defaults the env has its registered defaults; the last line says how
+    An unknown NAME exits 2, with the nearest registered names. Without --train-defaults the env has its registered defaults; the last line says how
     `agentrl train` plays it by default."""
     from rich.console import Console
 
+    from agentrl.cli._common import fail
     from agentrl.envs.check import check_env
+    from agentrl.envs.registry import UnknownEnvError, spec
 
+    try:
+        spec(name)
+    except UnknownEnvError as e:  # the nearest names and every known one, not a failed check
+        fail(str(e))
     trained = None
     try:
         trained = train_settings(name)

@@ -85,18 +85,19 @@ def sft(
     from agentrl.sft.expert import NoExpertError
     from agentrl.sft.train import RESULT_FILE
 
-    flags = {
-        "env.name": env,
-        "expert": expert,
-        "model": model,
-        "num_episodes": episodes,
-        "num_epochs": epochs,
-        "optim.lr": lr,
-        "batch_size": batch_size,
-        "max_actions_per_turn": actions_per_turn,
-        "eval_episodes": eval_episodes,
+    flags = {  # config key: (flag, value)
+        "env.name": ("--env", env),
+        "expert": ("--expert", expert),
+        "model": ("--model", model),
+        "num_episodes": ("--episodes", episodes),
+        "num_epochs": ("--epochs", epochs),
+        "optim.lr": ("--lr", lr),
+        "batch_size": ("--batch-size", batch_size),
+        "max_actions_per_turn": ("--actions-per-turn", actions_per_turn),
+        "eval_episodes": ("--eval-episodes", eval_episodes),
     }
-    items = [f"{k}={v}" for k, v in flags.items() if v is not None] + list(overrides or [])
+    given = {f"{k}={v}": f"{flag} {v}" for k, (flag, v) in flags.items() if v is not None}
+    items = list(given) + list(overrides or [])
     if resume is not None:  # the run's own config; flags and --set still apply on top
         if config is not None or (out is not None and out.resolve() != resume.resolve()):
             _fail("--resume takes the run's own sft_config.yaml; leave out -c and --out")
@@ -106,7 +107,7 @@ def sft(
         if (resume / RESULT_FILE).is_file():
             _fail(f"--resume {resume}: that run has finished ({RESULT_FILE} is there)")
     try:
-        cfg = load_config(config, items, model=SFTConfig)
+        cfg = load_config(config, items, model=SFTConfig, typed=given)
     except ConfigError as e:
         _fail(str(e))
     if out is None:

@@ -25,6 +25,26 @@ DEFAULT_PRESET = "grpo"
 """The preset `agentrl train` uses without `--preset` (see notes/issue-4-trainer.md)."""
 
 
+FLAGS = {
+    "env.name": "--env",
+    "model.name": "--model",
+    "engine.name": "--engine",
+    "trainer.backend": "--backend",
+    "engine.ray": "--ray",
+    "warm_start.expert": "--no-warm-start",
+    "trainer.num_steps": "--steps",
+}
+"""The flag of `agentrl train` that sets each config key (error headers name what was typed)."""
+
+
+def _as_typed(key: str, value: Any) -> str:
+    """How the user typed the flag that set `key` to `value`: `--env sokoban`, `--ray`."""
+    flag = FLAGS.get(key)
+    if flag is None:
+        return f"--set {key}={value}"
+    return flag if flag in ("--ray", "--no-warm-start") else f"{flag} {value}"
+
+
 def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
     """The CPU defaults of one env (`defaults/cpu-<env>.yaml`, if there is one) and the preset
     it names (its top-level `preset:` key), else `({}, None)`. The tree's `presets:` section,
@@ -68,16 +88,19 @@ def resolve_train_config(
         env: dict[str, Any] = Field(default_factory=dict)
 
     flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
+    typed = {f"{k}={v}": _as_typed(k, v) for k, v in flags.items() if v is not None}
     if base_file is not None:
         base = yaml.safe_load(Path(base_file).read_text()) or {}
-        return load_config(config_file, flag_overrides + list(overrides), base=base)
+        return load_config(config_file, flag_overrides + list(overrides), base=base, typed=typed)
     cpu = yaml.safe_load((DEFAULTS / "cpu.yaml").read_text())
     # The env is known once the layers are merged; its defaults and preset then go under the
     # others. The first merge is not validated: it may hold an override (say
     # `algo.name=gigpo` under a preset with turn rewards) that only the env's preset
     # makes valid.
     layers = _deep_merge(cpu, load_preset(preset or DEFAULT_PRESET))
-    first = load_config(config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly)
+    first = load_config(
+        config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly, typed=typed
+    )
     env_name = first.env.get("name") or EnvConfig().name
     env_tree, env_preset = env_defaults(env_name)
     env_tree = dict(env_tree)
@@ -90,13 +113,42 @@ def resolve_train_config(
     chosen = preset or env_preset or DEFAULT_PRESET
     base = _deep_merge(_deep_merge(cpu, env_tree), load_preset(chosen))
     base = _deep_merge(base, by_preset.get(chosen) or {})
-    return load_config(config_file, flag_overrides + list(overrides), base=base)
+    return load_config(config_file, flag_overrides + list(overrides), base=base, typed=typed)
 
 
 def _default_run_dir(cfg: Any) -> Path:
     model = Path(cfg.model.name).name or cfg.model.name
     env = cfg.env.name.replace(":", "-").replace("/", "-").replace(".", "-")
     return Path("runs") / f"{env}-{model}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _env_origin(
+    env: str | None, overrides: list[str], config: Path | None, resume: Path | None
+) -> str:
+    """Where the run's env name came from, as the user wrote it (`--env sokobn`)."""
+    for item in reversed(overrides):
+        if item.partition("=")[0].strip() == "env.name":
+            return f"--set {item}"
+    if env is not None:
+        return f"--env {env}"
+    if config is not None:
+        return f"env.name in {config}"
+    if resume is not None:
+        return f"env.name in {resume / 'config.yaml'}"
+    return "env.name"
+
+
+def _require_known_env(name: str, origin: str) -> None:
+    """Fail before anything is written when `name` is no registered env (the nearest names
+    and every known one are listed) or its `module.path:Class` cannot be imported."""
+    from agentrl.envs.registry import UnknownEnvError, _resolve, spec
+
+    try:
+        entry_point = spec(name).entry_point
+        if isinstance(entry_point, str):
+            _resolve(entry_point)
+    except (UnknownEnvError, ImportError, ValueError) as e:
+        _fail(f"{origin}: {e}")
 
 
 def _join_ranks(cfg: Any) -> int | None:
@@ -208,6 +260,7 @@ def train(
     if print_config:
         typer.echo(dump_config(cfg), nl=False)
         return
+    _require_known_env(cfg.env.name, _env_origin(env, overrides or [], config, resume))
     rank = _join_ranks(cfg)
     run_dir = run_dir or _default_run_dir(cfg)
     if rank is not None:  # torchrun: every rank uses rank 0's run directory

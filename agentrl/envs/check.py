@@ -18,7 +18,7 @@ import numpy as np
 
 from agentrl.envs.base import EnvNotResetError, TokenEnv
 from agentrl.envs.contract import reset_problem, step_problem
-from agentrl.envs.registry import make
+from agentrl.envs.registry import UnknownEnvError, make
 
 MALFORMED_ACTIONS: dict[str, str] = {
     "empty": "",
@@ -187,6 +187,9 @@ def check_env(
 
     try:
         env = build()
+    except UnknownEnvError as e:  # a misspelled name: the nearest and all known names, whole
+        report.results.append(CheckResult("construct", False, str(e), "use one of the names above"))
+        return report
     except Exception as e:  # noqa: BLE001
         report.results.append(
             CheckResult(

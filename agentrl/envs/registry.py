@@ -20,7 +20,7 @@ import difflib
 import functools
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
@@ -182,13 +182,28 @@ def spec(name: str) -> EnvSpec:
         return EnvSpec(name, name, {}, source=name.partition(":")[0])
     known = registry()
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise UnknownEnvError(
-            f"unknown env {name!r}.{hint} Known envs: {', '.join(known) or '(none)'}. "
-            "A class can also be given as 'module.path:ClassName'."
-        )
+        raise UnknownEnvError(unknown_env_message(name, known))
     return known[name]
+
+
+def unknown_env_message(name: str, known: Iterable[str]) -> str:
+    """The error for an unknown env `name`: the nearest known names (difflib), then every
+    known name, none left out.
+
+    >>> known = ["guess-number", "sokoban", "sokoban-8x8-2box", "sokoban-ragen-6x6"]
+    >>> print(unknown_env_message("sokobn", known))
+    unknown env 'sokobn'. Did you mean: sokoban, sokoban-8x8-2box, sokoban-ragen-6x6?
+    Known envs (4): guess-number, sokoban, sokoban-8x8-2box, sokoban-ragen-6x6.
+    A class can also be given as 'module.path:ClassName'.
+    """
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return (
+        f"unknown env {name!r}.{hint}\n"
+        f"Known envs ({len(known)}): {', '.join(known) or '(none)'}.\n"
+        "A class can also be given as 'module.path:ClassName'."
+    )
 
 
 def make(name: str, **kwargs: Any) -> TokenEnv:

@@ -222,8 +222,12 @@ def load_config(
     *,
     base: dict[str, Any] | None = None,
     model: type[BaseModel],
+    typed: dict[str, str] | None = None,
 ) -> Any:
     """Build a config from `base`, then a YAML file, then `key.path=value` overrides.
+
+    An error's header names the file and each override as the user typed it: `--set ITEM`,
+    or `typed[ITEM]` for one a command-line flag set (`env.name=sokoban` -> `--env sokoban`).
 
     An unknown key that the model lists in its `retired_keys` (a class attribute: old dotted
     key -> what to write instead) is reported with that hint.
@@ -249,7 +253,7 @@ def load_config(
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key.path=value")
         _set_dotted(tree, key.strip(), _parse_value(value))
-        origins.append(f"--set {item}")
+        origins.append((typed or {}).get(item, f"--set {item}"))
     try:
         return model.model_validate(tree)
     except ValidationError as e:

@@ -218,10 +218,12 @@ def load_config(
     *,
     base: dict[str, Any] | None = None,
     model: type[BaseModel] = TrainConfig,
+    typed: dict[str, str] | None = None,
 ) -> Any:
     """Build a config (a `TrainConfig` unless `model` says otherwise) from `base`, then a YAML
-    file, then `key.path=value` overrides (`agentrl.runtime.config.load_config`)."""
-    return _load_config(path, overrides, base=base, model=model)
+    file, then `key.path=value` overrides (`agentrl.runtime.config.load_config`; `typed`
+    names the overrides a command-line flag set, for error headers)."""
+    return _load_config(path, overrides, base=base, model=model, typed=typed)
 
 
 def config_keys(model: type[BaseModel] = TrainConfig, prefix: str = "") -> list[str]:

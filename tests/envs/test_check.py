@@ -160,3 +160,10 @@ def test_instance_already_reset_skips_step_before_reset() -> None:
 def test_unbuildable_env_is_a_failed_check() -> None:
     report = check_env("no-such-env-here")
     assert not report.ok and report.failures[0].name == "construct"
+
+
+def test_unknown_name_lists_every_known_env_and_no_wrong_fix() -> None:
+    (failure,) = check_env("sokobn").failures
+    assert failure.detail.startswith("unknown env 'sokobn'. Did you mean: sokoban,")
+    assert all(name in failure.detail for name in registry())  # the list is not cut off
+    assert "constructible" not in failure.fix

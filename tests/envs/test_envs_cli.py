@@ -46,6 +46,18 @@ def test_envs_check_exit_codes() -> None:
     assert "construct" in bad.output and "FAIL" in bad.output
 
 
+def test_envs_check_of_a_misspelled_name_suggests_the_nearest() -> None:
+    result = runner.invoke(app, ["envs", "check", "sokobn"])
+    assert result.exit_code == 2, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("error: unknown env 'sokobn'. Did you mean: sokoban,")
+    from agentrl.envs import registry
+
+    for name in registry():  # every known env, the list not cut off
+        assert name in result.output
+    assert "constructible" not in result.output  # not the fix of an env that cannot be built
+
+
 def test_play_sokoban_seed_3_with_solver_moves() -> None:
     env = make("sokoban")
     env.reset(seed=3)

@@ -87,6 +87,9 @@ def test_sft_cli_rejects_unknown_expert_and_bad_key(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "unknown expert 'oracle'" in bad.output
     bad = runner.invoke(app, ["sft", "--set", "no_such_key=1", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "no_such_key" in bad.output
+    bad = runner.invoke(app, ["sft", "--env", "sokoban", "--epochs", "0", "--set", "x=1"])
+    header = bad.output.splitlines()[0]  # the flags as typed, not as `--set` items
+    assert header == "error: invalid config (--env sokoban, --epochs 0, --set x=1):", bad.output
 
 
 def test_sft_cli_config_file_values_hold_unless_a_flag_is_given(tmp_path: Path) -> None:

@@ -226,6 +226,43 @@ def test_print_config_layers_preset_file_flags_and_set(tmp_path) -> None:
     assert cfg["model"]["name"] == "smollm2-135m"  # the CPU default
 
 
+def test_config_error_header_lists_only_what_was_typed() -> None:
+    args = ["train", "--env", "sokoban", "--steps", "1", "--no-warm-start"]
+    result = runner.invoke(app, [*args, "--set", "trainer.bogus=1", "--print-config"])
+    assert result.exit_code == 2
+    header = result.output.splitlines()[0]
+    assert header == (
+        "error: invalid config (--env sokoban, --no-warm-start, --steps 1, --set trainer.bogus=1):"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "origin"),
+    [
+        (["--env", "sokobn"], "--env sokobn"),
+        (["--set", "env.name=sokobn"], "--set env.name=sokobn"),
+        (["-c", "run.yaml"], "env.name in run.yaml"),
+    ],
+)
+def test_misspelled_env_writes_nothing_and_names_the_nearest(
+    tmp_path, monkeypatch, args, origin
+) -> None:
+    """No run folder, not even under --run-dir; the nearest names and every known one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.yaml").write_text("env:\n  name: sokobn\n")
+    result = runner.invoke(app, ["train", *args, "--model", "tiny", "--steps", "1"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {origin}: unknown env 'sokobn'. Did you mean: sokoban")
+    assert "tool-python" in result.output and "Traceback" not in result.output  # not cut off
+    assert not (tmp_path / "runs").exists()
+    named = tmp_path / "named"
+    result = runner.invoke(app, ["train", *args, "--run-dir", str(named), "--steps", "1"])
+    assert result.exit_code == 2 and not named.exists()
+    result = runner.invoke(app, ["train", "--env", "no_such_module:Env", "--steps", "1"])
+    assert result.exit_code == 2 and "no_such_module" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
 def test_unknown_env_kwarg_fails_naming_it_and_the_env(tmp_path) -> None:
     result = runner.invoke(
         app,
