@@ -59,9 +59,11 @@ def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
             f"(one per {per}) a step, peak lr {ws.optim.lr:g} -> {run_dir / 'warm_start'}"
         )
     episodes = cfg.trainer.num_groups * cfg.rollout.group_size
+    lora = f" with LoRA (r {cfg.trainer.lora.r})" if cfg.trainer.lora.enabled else ""
     phases.append(
-        f"RL: {cfg.trainer.num_steps} steps of {cfg.algo.name}, {episodes:,} episodes a step "
-        f"({cfg.trainer.num_groups} groups of {cfg.rollout.group_size}), from "
+        f"RL: {cfg.trainer.num_steps} steps of {cfg.algo.name}{lora}, lr {cfg.optim.lr:g}, "
+        f"{episodes:,} episodes a step ({cfg.trainer.num_groups} groups of "
+        f"{cfg.rollout.group_size}) on the {cfg.engine.name} engine, from "
         + ("the warm start" if ws.expert is not None else cfg.model.name)
     )
     lines = [f"plan ({len(phases)} phase{'s' if len(phases) > 1 else ''}):"]

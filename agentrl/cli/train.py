@@ -6,6 +6,7 @@ stays fast.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 import time
@@ -55,7 +56,21 @@ def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
     if not path.is_file():
         return {}, None
     tree = yaml.safe_load(path.read_text()) or {}
+    tree.pop("recipe", None)
+    engine = tree.get("engine") or {}
+    if engine.get("name") == "vllm" and importlib.util.find_spec("vllm") is None:
+        tree["engine"] = {**engine, "name": "hf"}  # the recipe's engine when it is installed
     return tree, tree.pop("preset", None)
+
+
+def env_recipe(env: str) -> str | None:
+    """The measured result of the env's CPU defaults (their `recipe:` line), if it has one."""
+    import yaml
+
+    path = DEFAULTS / f"cpu-{env}.yaml"
+    if not path.is_file():
+        return None
+    return (yaml.safe_load(path.read_text()) or {}).get("recipe")
 
 
 def resolve_train_config(
