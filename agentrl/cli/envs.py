@@ -61,10 +61,12 @@ def train_settings(name: str) -> tuple[dict[str, Any], int, str]:
 
 @envs_app.command("list")
 def list_envs() -> None:
-    """Show every registered env: name, one-line description and where it comes from."""
+    """Show every registered env: name, one-line description, where it comes from, its turns,
+    and whether `agentrl train --env NAME` runs a measured recipe (with its result)."""
     from rich.console import Console
     from rich.table import Table
 
+    from agentrl.cli.train import env_recipe
     from agentrl.envs.registry import registry
 
     table = Table(title="registered envs", title_justify="left")
@@ -72,7 +74,8 @@ def list_envs() -> None:
     table.add_column("description", overflow="fold")
     table.add_column("source")
     table.add_column("turns")
-    notes = []
+    table.add_column("recipe")
+    notes, recipes = [], []
     for name, env_spec in registry().items():
         try:
             description = env_spec.description
@@ -85,13 +88,22 @@ def list_envs() -> None:
         if extras:
             notes.append(f"{name}: `agentrl train` also sets {extras}")
         needs = f" (needs {', '.join(env_spec.requires)})" if env_spec.requires else ""
-        table.add_row(name, description + needs, env_spec.source, turns)
+        recipe = env_recipe(name)
+        if recipe:
+            recipes.append(f"{name}: {recipe}")
+        table.add_row(
+            name, description + needs, env_spec.source, turns, "measured" if recipe else ""
+        )
     console = Console(width=max(100, Console().width))
     console.print(table)
     notes.append(
         "turns: the registered env's limit; (train N): the turns of `agentrl train --env NAME` "
         "by default (agentrl/train/defaults/). `agentrl eval` uses a model's own settings."
     )
+    notes.append(
+        "recipe: `agentrl train --env NAME` runs a recipe measured to learn (docs/results.md):"
+    )
+    notes += [f"  {line}" for line in recipes]
     console.print("\n".join(notes), highlight=False, markup=False)
 
 

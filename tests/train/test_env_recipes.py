@@ -49,3 +49,16 @@ def test_every_recipe_names_its_result_and_envs_without_one_have_none() -> None:
     for path in DEFAULTS.glob("cpu-*.yaml"):
         assert env_recipe(path.stem.removeprefix("cpu-")), path
     assert env_recipe("guess-number") is None
+
+
+def test_envs_list_marks_measured_recipes_with_their_result() -> None:
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    result = CliRunner().invoke(app, ["envs", "list"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "recipe: `agentrl train --env NAME` runs a recipe measured to learn" in out
+    assert f"math-arithmetic: {env_recipe('math-arithmetic')}" in out
+    assert "guess-number:" not in out.split("recipe:")[-1]
