@@ -30,8 +30,9 @@ class AlgoConfig(BaseModel):
     name: AlgoName = "grpo"
     """The algorithm (`docs/algorithms.md`): which trajectories it keeps, how it assigns
     credit, its loss and what it needs scored. `grpo` (group mean/std), `rloo`
-    (leave-one-out), `reinforce++` (returns-to-go whitened over the batch): policy gradient,
-    no critic. `ppo`: a critic and GAE (StarPO when `reward_level` is `trajectory`). `gigpo`:
+    (leave-one-out), `reinforce++` (returns-to-go less the group mean, whitened over the
+    batch): policy gradient, no critic. `ppo`: a critic and GAE, advantages whitened over the
+    batch, rewards normalised (StarPO when `reward_level` is `trajectory`). `gigpo`:
     GRPO's episode advantage plus a step advantage among the visits of the same state.
     `rft`: rejection-sampling fine-tuning, the imitation baseline (keeps only the successful
     episodes; plain NLL, no ratio, clip or importance weight). `expert-iteration`: imitation
@@ -54,11 +55,6 @@ class AlgoConfig(BaseModel):
     std_floor: float = Field(0.0, ge=0.0)
     """GRPO: the group std is floored at this before dividing, so that groups whose returns
     differ only by small step penalties are not scaled up to unit advantages (0: no floor)."""
-    reinforce_baseline: bool = True
-    """REINFORCE++: subtract the group mean of the returns before whitening (the
-    `reinforce++-baseline` variant)."""
-    whiten_advantages: bool = False
-    """Whiten the advantages over all trained tokens of the batch after estimation."""
     clip_eps_low: float = Field(0.2, ge=0.0, lt=1.0)
     """PPO clip below: the ratio is clipped at `1 - clip_eps_low`."""
     clip_eps_high: float = Field(0.2, ge=0.0)
@@ -75,11 +71,10 @@ class AlgoConfig(BaseModel):
     kl_coef: float = Field(0.0, ge=0.0)
     """Weight of the KL to the reference model (0: no reference model is run)."""
     kl_kind: KLKind = "k3"
-    """KL estimator per token: `k1` (log-ratio), `k2` (half squared log-ratio), `k3`
-    (Schulman's non-negative unbiased estimator)."""
-    kl_in_reward: bool = False
-    """True: subtract `kl_coef * KL` from the token rewards before the advantages.
-    False: add `kl_coef * KL` to the loss."""
+    """KL estimator per token, and where the KL goes: `k1` (log-ratio) is subtracted from the
+    token rewards before the advantages (as a loss term its gradient is zero in expectation);
+    `k2` (half squared log-ratio) and `k3` (Schulman's non-negative unbiased estimator) are
+    added to the loss."""
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of the entropy bonus (subtracted from the loss)."""
     vf_coef: float = Field(1.0, ge=0.0)
@@ -89,9 +84,6 @@ class AlgoConfig(BaseModel):
     does not move (so the critic's baseline is useful from the first policy update). The first
     step starts the value head at the least-squares fit of its returns (local backend).
     Only with a critic (`ppo`)."""
-    normalize_rewards: bool = False
-    """Divide rewards by the running std of the episode returns seen so far (no shift), so
-    the critic regresses targets of unit scale whatever the env's reward scale."""
     value_clip_eps: float | None = Field(0.2, ge=0.0)
     """Value clip around the rollout-time values (None: unclipped value loss)."""
     filter_keep_ratio: float | None = Field(None, gt=0.0, le=1.0)
@@ -173,6 +165,18 @@ class AlgoConfig(BaseModel):
         return self.kl_coef > 0.0
 
     @property
+    def kl_in_reward(self) -> bool:
+        """The KL estimate is subtracted from the token rewards (`k1`), not added to the loss."""
+        return self.kl_kind == "k1"
+
+    @property
+    def normalize_rewards(self) -> bool:
+        """Rewards are divided by the running std of the episode returns seen so far (no
+        shift), so that a critic regresses targets of unit scale whatever the env's reward
+        scale: with a critic."""
+        return self.use_critic
+
+    @property
     def use_kl_loss(self) -> bool:
         """The KL term is added to the loss (not to the rewards)."""
         return self.use_reference and not self.kl_in_reward
@@ -185,7 +189,4 @@ class AlgoConfig(BaseModel):
     @property
     def needs_groups(self) -> bool:
         """The estimator or the filter compares trajectories within a group."""
-        group_estimator = self.name in ("grpo", "rloo", "gigpo") or (
-            self.name == "reinforce++" and self.reinforce_baseline
-        )
-        return group_estimator or self.use_filter
+        return self.name in ("grpo", "rloo", "gigpo", "reinforce++") or self.use_filter

@@ -1,7 +1,7 @@
 """From rewards to per-token advantages, as an `AlgoConfig` says: one call for the trainer.
 
 `compute_advantages` places rewards on tokens (trajectory- or turn-level), applies the KL
-penalty when it goes into the reward, runs the configured estimator and optional whitening.
+penalty when it goes into the reward (`k1`), and runs the algorithm's estimator.
 
 Rows and trajectories: when a chat template is not prefix-preserving (or prompts keep only
 the last turns, `rollout.history_turns`), one trajectory becomes several rows, one per turn,
@@ -28,7 +28,6 @@ from agentrl.algos.advantages import (
     place_returns_on_last_token,
     place_turn_rewards,
     trajectory_returns,
-    whiten,
 )
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.losses import kl_penalty
@@ -229,8 +228,6 @@ def _one_row_each(
         state_ids,
     )
     adv, value_targets = estimate(algo, rewards)
-    if algo.whiten_advantages:
-        adv = whiten(adv, loss_mask)
     n = m.sum().clamp(min=1)
     stats["advantage_mean"] = float(torch.where(m, adv, 0.0).sum() / n)
     stats["advantage_abs_mean"] = float(torch.where(m, adv.abs(), 0.0).sum() / n)

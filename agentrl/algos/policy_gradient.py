@@ -56,10 +56,11 @@ class RLOO(Algorithm):
 
 
 def reinforce_pp_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
-    """REINFORCE++ (Hu 2025): returns-to-go, less the group mean with `reinforce_baseline`,
-    whitened over the batch."""
-    groups = r.group_ids if algo.reinforce_baseline else None
-    adv = reinforce_pp_advantages(r.token_rewards, r.loss_mask, gamma=algo.gamma, group_ids=groups)
+    """REINFORCE++ with baseline (Hu 2025): returns-to-go, less the group mean, whitened over
+    the batch."""
+    adv = reinforce_pp_advantages(
+        r.token_rewards, r.loss_mask, gamma=algo.gamma, group_ids=r.group_ids
+    )
     return adv, None
 
 

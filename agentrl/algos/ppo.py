@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from agentrl.algos.advantages import gae
+from agentrl.algos.advantages import gae, whiten
 from agentrl.algos.base import Algorithm, CreditInputs, Needs, register_algorithm
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.estimate import Rewards, compute_advantages
@@ -27,10 +27,12 @@ __all__ = ["PPO", "gae_estimate"]
 
 
 def gae_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, Tensor]:
-    """GAE over the trained tokens (`gamma`, `lam`): advantages and the critic's targets."""
+    """GAE over the trained tokens (`gamma`, `lam`): the advantages, whitened over the
+    batch's trained tokens, and the critic's targets."""
     if r.values is None:
         raise ValueError("ppo needs critic values (TrainBatch.old_values)")
-    return gae(r.token_rewards, r.values, r.loss_mask, gamma=algo.gamma, lam=algo.lam)
+    adv, targets = gae(r.token_rewards, r.values, r.loss_mask, gamma=algo.gamma, lam=algo.lam)
+    return whiten(adv, r.loss_mask), targets
 
 
 @register_algorithm("ppo")
@@ -65,9 +67,7 @@ class PPO(Algorithm):
     def critic_fit_targets(self, batch: TrainBatch, inputs: CreditInputs) -> Tensor:
         """Each trained token's return-to-go of the (scaled) rewards `[B, T]`: no bootstrap
         (lambda 1) and no KL penalty."""
-        mc = self.cfg.model_copy(
-            update={"lam": 1.0, "whiten_advantages": False, "kl_in_reward": False}
-        )
+        mc = self.cfg.model_copy(update={"lam": 1.0, "kl_coef": 0.0})
         return compute_advantages(
             mc,
             loss_mask=batch.loss_mask,

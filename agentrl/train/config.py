@@ -137,6 +137,10 @@ class TrainConfig(_Section):
         "logging.wandb_project": "removed: set the WANDB_PROJECT environment variable",
         "trainer.weight_sync_timeout_s": "now engine.update_timeout_s",
         "checkpoint.save_optimizer": "removed: checkpoints always keep the optimizer state",
+        "algo.reinforce_baseline": "removed: reinforce++ always subtracts the group mean",
+        "algo.whiten_advantages": "removed: ppo always whitens its advantages",
+        "algo.normalize_rewards": "removed: rewards are normalised exactly when a critic runs",
+        "algo.kl_in_reward": "removed: algo.kl_kind k1 goes into the reward, k2 and k3 the loss",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 

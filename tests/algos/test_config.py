@@ -22,12 +22,10 @@ def test_config_keys_snapshot() -> None:
     assert sorted(AlgoConfig.model_fields) == sorted(
         [
             "name", "reward_level", "gamma", "lam", "turn_gamma", "scale_by_std",
-            "reinforce_baseline", "whiten_advantages", "clip_eps_low", "clip_eps_high",
-            "dual_clip_c", "loss_agg", "kl_coef", "kl_kind", "kl_in_reward", "entropy_coef",
-            "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std", "tis_cap",
-            "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
-            "normalize_rewards", "step_weight", "search_beam", "search_easy_keep",
-            "search_label_tau",
+            "clip_eps_low", "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind",
+            "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
+            "tis_cap", "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
+            "step_weight", "search_beam", "search_easy_keep", "search_label_tau",
         ]
     )  # fmt: skip
     for name, field in AlgoConfig.model_fields.items():
@@ -51,11 +49,15 @@ def test_derived_properties() -> None:
     assert AlgoConfig(name="ppo").use_critic and AlgoConfig(name="ppo").estimator == "gae"
     assert not AlgoConfig(name="grpo").use_critic
     assert not AlgoConfig(kl_coef=0.0).use_reference
-    cfg = AlgoConfig(kl_coef=0.01, kl_in_reward=True)
-    assert cfg.use_reference and not cfg.use_kl_loss
+    cfg = AlgoConfig(kl_coef=0.01, kl_kind="k1")  # k1 goes into the reward
+    assert cfg.use_reference and cfg.kl_in_reward and not cfg.use_kl_loss
+    for kind in ("k2", "k3"):  # k2, k3 into the loss
+        cfg = AlgoConfig(kl_coef=0.01, kl_kind=kind)
+        assert cfg.use_kl_loss and not cfg.kl_in_reward
+    assert AlgoConfig(name="ppo").normalize_rewards and not AlgoConfig().normalize_rewards
     assert AlgoConfig(name="ppo", filter_keep_ratio=0.5).needs_groups
     assert not AlgoConfig(name="ppo").needs_groups
-    assert not AlgoConfig(name="reinforce++", reinforce_baseline=False).needs_groups
+    assert AlgoConfig(name="reinforce++").needs_groups  # its baseline is the group mean
     assert not AlgoConfig().clips and AlgoConfig(num_mini_batches=2).clips
     assert AlgoConfig(ppo_epochs=2).clips
 

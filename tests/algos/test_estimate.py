@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agentrl.algos.advantages import grpo_advantages
+from agentrl.algos.advantages import grpo_advantages, whiten
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.estimate import compute_advantages
 from agentrl.algos.presets import list_presets, preset_algo_config
@@ -56,7 +56,7 @@ def test_every_preset_gives_finite_advantages_on_trained_tokens_only(preset) -> 
     assert (out.value_targets is not None) == algo.use_critic
 
 
-def test_starpo_trajectory_level_gae_is_return_minus_value() -> None:
+def test_starpo_trajectory_level_gae_is_return_minus_value_whitened() -> None:
     mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
     algo = AlgoConfig(name="ppo", gamma=1.0, lam=1.0)
     out = compute_advantages(
@@ -64,7 +64,7 @@ def test_starpo_trajectory_level_gae_is_return_minus_value() -> None:
         values=values,
     )  # fmt: skip
     returns = turn_rewards.sum(-1, keepdim=True)  # StarPO: sum of the turn rewards
-    close(out.advantages, (returns - values) * mask)
+    close(out.advantages, whiten(returns - values, mask))
     close(out.value_targets, returns * mask)
 
 
@@ -76,9 +76,15 @@ def test_turn_reward_level_gae_places_rewards_at_turn_ends() -> None:
         values=values,
     )  # fmt: skip
     # row 0: reward 1 at position 5, gamma 0.5 per trained token:
-    # returns-to-go at trained positions 1, 2, 4, 5 = [1/8, 1/4, 1/2, 1]; lam 1 -> A = G - V
-    expected = torch.tensor([0.0, 0.125, 0.25, 0.0, 0.5, 1.0]) - values[0]
-    close(out.advantages[0], expected * mask[0])
+    # returns-to-go at trained positions 1, 2, 4, 5 = [1/8, 1/4, 1/2, 1]; lam 1 -> A = G - V,
+    # whitened over the batch
+    to_go = torch.zeros_like(values)
+    to_go[0] = torch.tensor([0.0, 0.125, 0.25, 0.0, 0.5, 1.0])
+    to_go[1:, 5] = turn_rewards[1:, 1]
+    to_go[1:, 4] = 0.5 * to_go[1:, 5]
+    to_go[1:, 2] = turn_rewards[1:, 0] + 0.5 * to_go[1:, 4]
+    to_go[1:, 1] = 0.5 * to_go[1:, 2]
+    close(out.advantages, whiten(to_go - values, mask))
 
 
 def test_grpo_counts_each_trajectory_once_with_per_turn_rows() -> None:
@@ -102,7 +108,7 @@ def test_kl_in_reward_lowers_the_return_of_the_drifting_trajectory() -> None:
     turn_ids = torch.zeros(2, 2, dtype=torch.long)
     turn_rewards = torch.tensor([[1.0], [1.0]])
     logp = torch.tensor([[0.5, 0.5], [0.0, 0.0]])
-    algo = AlgoConfig(name="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True)
+    algo = AlgoConfig(name="rloo", kl_coef=0.1, kl_kind="k1")
     out = compute_advantages(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids,
         group_ids=torch.tensor([0, 0]), old_logp=logp, ref_logp=torch.zeros(2, 2),
@@ -156,15 +162,14 @@ _GOLDEN_CONFIGS = {
     "grpo-floor": dict(name="grpo", std_floor=0.5),
     "grpo-turn": dict(name="grpo", reward_level="turn", turn_gamma=0.9),
     "rloo-turn-kl": dict(
-        name="rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1", kl_in_reward=True
+        name="rloo", reward_level="turn", kl_coef=0.1, kl_kind="k1"
     ),
-    "rloo-kl": dict(name="rloo", kl_coef=0.1, kl_kind="k1", kl_in_reward=True),
+    "rloo-kl": dict(name="rloo", kl_coef=0.1, kl_kind="k1"),
     "reinforce++": dict(name="reinforce++", gamma=0.95),
     "reinforce++-turn": dict(name="reinforce++", reward_level="turn", gamma=0.95),
-    "ppo": dict(name="ppo", gamma=0.99, lam=0.95, whiten_advantages=True),
+    "ppo": dict(name="ppo", gamma=0.99, lam=0.95),
     "ppo-turn-kl": dict(
-        name="ppo", reward_level="turn", gamma=0.99, lam=0.9, kl_coef=0.05,
-        kl_kind="k1", kl_in_reward=True,
+        name="ppo", reward_level="turn", gamma=0.99, lam=0.9, kl_coef=0.05, kl_kind="k1",
     ),
 }  # fmt: skip
 
