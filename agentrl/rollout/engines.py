@@ -69,11 +69,6 @@ class SeededEngine:
         self.inner.close()
 
 
-def _copy(completion: Completion) -> Completion:
-    """A completion whose lists its receiver may change without touching the cache's."""
-    return replace(completion, token_ids=list(completion.token_ids), logp=list(completion.logp))
-
-
 def build_engine(cfg: Any, model_path: Path) -> Engine:
     """The engine `cfg.engine` names (`hf` or `vllm`, in-process or as Ray replicas), loaded
     with the weights at `model_path`."""
