@@ -77,8 +77,6 @@ class AlgoConfig(BaseModel):
     added to the loss."""
     entropy_coef: float = Field(0.0, ge=0.0)
     """Weight of the entropy bonus (subtracted from the loss)."""
-    vf_coef: float = Field(1.0, ge=0.0)
-    """Weight of the value loss in the critic's objective."""
     critic_warmup_steps: int = Field(0, ge=0)
     """The first this many training steps fit only the critic on their rollouts; the policy
     does not move (so the critic's baseline is useful from the first policy update). The first

@@ -1,7 +1,7 @@
 """PPO with a critic: GAE advantages and a clipped value loss (StarPO at trajectory level).
 
 The critic is a value head on a copy of the policy's trunk, trained beside the policy
-(`vf_coef`, `value_clip_eps`, `optim.critic_lr`). Its warm-up (`critic_warmup_steps`): the
+(`value_clip_eps`, `optim.critic_lr`). Its warm-up (`critic_warmup_steps`): the
 first steps train only the critic on their rollouts, the first of them starting the value
 head at the least-squares fit of its returns, so its baseline is useful from the first
 policy update.

@@ -141,6 +141,7 @@ class TrainConfig(_Section):
         "algo.whiten_advantages": "removed: ppo always whitens its advantages",
         "algo.normalize_rewards": "removed: rewards are normalised exactly when a critic runs",
         "algo.kl_in_reward": "removed: algo.kl_kind k1 goes into the reward, k2 and k3 the loss",
+        "algo.vf_coef": "removed: the critic has its own optimizer (optim.critic_lr)",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 

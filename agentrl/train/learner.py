@@ -321,7 +321,7 @@ class Learner:
             agg=a.loss_agg,
             **norm,
         )
-        self.critic.backward(a.vf_coef * loss)
+        self.critic.backward(loss)
         return {"critic/value_loss": float(loss.detach())} | {
             f"critic/{k}": v for k, v in stats.items()
         }

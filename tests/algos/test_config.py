@@ -23,7 +23,7 @@ def test_config_keys_snapshot() -> None:
         [
             "name", "reward_level", "gamma", "lam", "turn_gamma", "scale_by_std",
             "clip_eps_low", "clip_eps_high", "dual_clip_c", "loss_agg", "kl_coef", "kl_kind",
-            "entropy_coef", "vf_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
+            "entropy_coef", "value_clip_eps", "filter_keep_ratio", "filter_min_std",
             "tis_cap", "ppo_epochs", "num_mini_batches", "std_floor", "critic_warmup_steps",
             "step_weight", "search_beam", "search_easy_keep", "search_label_tau",
         ]
