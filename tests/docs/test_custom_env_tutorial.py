@@ -94,6 +94,18 @@ def _check_norun(script: str, project: Path, site: Path, pythonpath: list[str]) 
     return installed
 
 
+def _check_listing(shown: str, script: str, project: Path) -> None:
+    """When `script` ends in `ls FOLDER`, `shown` must list exactly what is in FOLDER (a
+    folder the run writes, say `tensorboard`, missing from the page fails)."""
+    words = shlex.split(script.strip().splitlines()[-1])
+    if words[:1] != ["ls"]:
+        return
+    listed = sorted(p.name for p in (project / words[-1]).iterdir())
+    assert shown.split() == listed, (
+        f"the page lists {shown.split()}; `{shlex.join(words)}`: {listed}"
+    )
+
+
 @pytest.mark.slow
 def test_tutorial_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = tmp_path / "bulls-cows"
@@ -101,6 +113,7 @@ def test_tutorial_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     site = tmp_path / "site"
     pythonpath: list[str] = []
     last_output: str | None = None
+    last_script = ""
     seen = {"file": 0, "pycon": 0, "bash": 0, "output": 0, "norun": 0}
     for index, (info, body) in enumerate(fenced_blocks(TUTORIAL.read_text())):
         language, title = block_language(info), block_title(info)
@@ -119,10 +132,12 @@ def test_tutorial_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             seen["norun"] += 1
         elif language == "bash":
             last_output = _bash(body, project, pythonpath)
+            last_script = body
             seen["bash"] += 1
         elif language == "text" and output is not None:
             missing = missing_output_lines(body, output)
             assert not missing, f"block {index}: output lines not printed: {missing}\n{output}"
+            _check_listing(body, last_script, project)
             seen["output"] += 1
     assert seen == {"file": 3, "pycon": 2, "bash": 4, "output": 3, "norun": 2}, seen
     assert (project / "runs" / "bulls-cows-tiny" / "metrics.jsonl").is_file()
