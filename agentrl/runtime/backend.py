@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -82,40 +82,28 @@ def make_backend(
         from agentrl.runtime.lora import apply_lora
 
         model = apply_lora(model, lora, base_model=base_model or "")
+    common: dict[str, Any] = {
+        "optim": optim,
+        "lr": lr,
+        "num_optimizer_steps": num_optimizer_steps,
+        "gradient_checkpointing": gradient_checkpointing,
+    }
     if backend == "local":
         from agentrl.runtime.local import LocalBackend
 
-        return LocalBackend(
-            model,
-            optim=optim,
-            lr=lr,
-            num_optimizer_steps=num_optimizer_steps,
-            device=resolve_device(device),
-            gradient_checkpointing=gradient_checkpointing,
-        )
-    if backend == "fsdp2":
-        from agentrl.runtime import fsdp2
+        return LocalBackend(model, device=resolve_device(device), **common)
+    if backend in ("fsdp2", "deepspeed"):  # this rank's device; bf16 mixed precision on GPU
+        from agentrl.runtime._dist import default_mixed_precision, pick_device
 
-        return fsdp2.make_backend(
-            model,
-            optim=optim,
-            lr=lr,
-            num_optimizer_steps=num_optimizer_steps,
-            device=device,
-            gradient_checkpointing=gradient_checkpointing,
-        )
-    if backend == "deepspeed":
-        from agentrl.runtime import deepspeed_backend
+        rank_device = pick_device(device)
+        common |= {"device": rank_device, "mixed_precision": default_mixed_precision(rank_device)}
+        if backend == "fsdp2":
+            from agentrl.runtime.fsdp2 import FSDP2Backend
 
-        return deepspeed_backend.make_backend(
-            model,
-            optim=optim,
-            lr=lr,
-            num_optimizer_steps=num_optimizer_steps,
-            device=device,
-            zero_stage=zero_stage,
-            gradient_checkpointing=gradient_checkpointing,
-        )
+            return FSDP2Backend(model, **common)
+        from agentrl.runtime.deepspeed_backend import DeepSpeedBackend
+
+        return DeepSpeedBackend(model, zero_stage=zero_stage, **common)
     raise ValueError(f"trainer.backend = {backend!r}: expected local, fsdp2 or deepspeed")
 
 

@@ -25,7 +25,6 @@ from torch import nn
 
 from agentrl.runtime._dist import (
     comm_backend,
-    default_mixed_precision,
     enable_gradient_checkpointing,
     init_process_group,
     pick_device,
@@ -40,31 +39,6 @@ if TYPE_CHECKING:
 DS_DIR = "deepspeed"
 DS_TAG = "state"
 STATE_FILE = "backend_state.json"
-
-
-def make_backend(
-    model: nn.Module,
-    *,
-    optim: OptimConfig,
-    lr: float,
-    num_optimizer_steps: int,
-    device: str = "auto",
-    zero_stage: Literal[2, 3] = 2,
-    gradient_checkpointing: bool = False,
-) -> DeepSpeedBackend:
-    """`DeepSpeedBackend` (ZeRO `zero_stage`) on `device` (`auto`, `cpu` or `cuda`), mixed
-    precision on GPU (the factory `agentrl.runtime.backend.make_backend` calls)."""
-    rank_device = pick_device(device)
-    return DeepSpeedBackend(
-        model,
-        optim=optim,
-        lr=lr,
-        num_optimizer_steps=num_optimizer_steps,
-        zero_stage=zero_stage,
-        device=rank_device,
-        mixed_precision=default_mixed_precision(rank_device),
-        gradient_checkpointing=gradient_checkpointing,
-    )
 
 
 def deepspeed_config(

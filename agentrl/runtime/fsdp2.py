@@ -23,7 +23,6 @@ from torch import nn
 from agentrl.runtime._dist import (
     MODEL_DIR,
     decoder_layers,
-    default_mixed_precision,
     enable_gradient_checkpointing,
     init_process_group,
     load_hf_weights,
@@ -38,29 +37,6 @@ if TYPE_CHECKING:
 OPTIM_DIR = "optim_dcp"
 """Sub-folder of a checkpoint with the sharded optimizer state (torch.distributed.checkpoint)."""
 STATE_FILE = "backend_state.json"
-
-
-def make_backend(
-    model: nn.Module,
-    *,
-    optim: OptimConfig,
-    lr: float,
-    num_optimizer_steps: int,
-    device: str = "auto",
-    gradient_checkpointing: bool = False,
-) -> FSDP2Backend:
-    """`FSDP2Backend` on `device` (`auto`, `cpu` or `cuda`), mixed precision on GPU (the
-    factory `agentrl.runtime.backend.make_backend` calls)."""
-    rank_device = pick_device(device)
-    return FSDP2Backend(
-        model,
-        optim=optim,
-        lr=lr,
-        num_optimizer_steps=num_optimizer_steps,
-        device=rank_device,
-        mixed_precision=default_mixed_precision(rank_device),
-        gradient_checkpointing=gradient_checkpointing,
-    )
 
 
 class FSDP2Backend:
