@@ -376,12 +376,16 @@ def plot(
         typer.Option(
             "--metric",
             "-m",
-            help="A metrics.jsonl key to draw (repeat for more; default: the usual curves "
-            "the runs logged, less those that never change).",
+            help="A metrics.jsonl key to draw (repeat for more; warm_start/KEY for the warm "
+            "start's; default: the usual curves the runs logged, less those that never "
+            "change, reward and success excepted).",
         ),
     ] = None,
 ) -> None:
-    """Draw learning curves (reward, success, entropy, grad norm...) of runs into a PNG."""
+    """Draw learning curves (reward, success, entropy, grad norm...) of runs into a PNG.
+
+    A run's warm start is drawn too (`RUN_DIR/warm_start/metrics.jsonl`), so a run stopped
+    during its warm start plots."""
     from agentrl.train.plot import plot_runs
 
     out = out or runs[0] / "curves.png"
