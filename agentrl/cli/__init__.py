@@ -9,6 +9,7 @@ from types import FrameType
 
 import typer
 
+from agentrl._watchdog import watch
 from agentrl.cli.envs import envs_app, play
 from agentrl.cli.rollout import rollout_cmd
 from agentrl.cli.sandbox import app as sandbox_app
@@ -51,6 +52,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 def main() -> None:
     """Console-script entry point."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    watch()  # what the command starts ends with it, even after a kill -9 (agentrl._watchdog)
     app()
 
 
