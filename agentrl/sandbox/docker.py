@@ -5,9 +5,11 @@ reads one response from its stdout (about 5-10 ms of overhead, against ~90 ms fo
 `docker exec` and ~350 ms for a fresh `docker run`). The executor inside (see `_executor.py`)
 forks the program into a fresh work directory and kills everything it left behind.
 
-Every container is labelled `agentrl.sandbox=1` with its owner (`host:pid`); containers whose
-owner process is gone are removed when a new `DockerSandbox` starts, and a sandbox removes its
-own containers on `close()`, at interpreter exit (also after Ctrl-C) and on SIGTERM.
+Every container is labelled `agentrl.sandbox=1` with its owner (`host:pid`). A sandbox removes
+its own containers on `close()`, at interpreter exit (also after Ctrl-C) and on SIGTERM. When
+its process is killed outright (kill -9), the daemon closes each executor's stdin, so the
+executors exit, and the process's watchdog (`agentrl._watchdog`) removes the containers;
+containers whose owner is gone are also removed when a new `DockerSandbox` starts.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agentrl._watchdog import watch_containers
 from agentrl.sandbox.base import (
     ExecResult,
     Files,
@@ -41,6 +44,7 @@ from agentrl.sandbox.config import SandboxConfig
 
 LABEL = "agentrl.sandbox"
 OWNER_LABEL = "agentrl.sandbox.owner"
+POOL_LABEL = "agentrl.sandbox.pool"
 EXECUTOR_SOURCE = (Path(__file__).parent / "_executor.py").read_text()
 
 HOW_TO_START_DOCKER = (
@@ -119,7 +123,7 @@ def reap_leftovers(client: Any, *, everything: bool = False) -> int:
 class _Worker:
     """One warm container and the attached socket to its executor."""
 
-    def __init__(self, client: Any, cfg: SandboxConfig):
+    def __init__(self, client: Any, cfg: SandboxConfig, pool: str):
         self.uses = 0
         self.container: Any = None
         self._frames = bytearray()  # docker's multiplexed stream, not yet parsed
@@ -139,7 +143,10 @@ class _Worker:
                 user=cfg.user,
                 stdin_open=True,
                 tty=False,
-                detach=True,
+                # Not detached, so the SDK sets StdinOnce: the daemon closes the executor's
+                # stdin once our attached socket closes, however this process ended, and the
+                # executor then exits (the container stops even if nothing removes it).
+                detach=False,
                 network_mode=cfg.network,
                 read_only=True,
                 tmpfs={
@@ -155,7 +162,7 @@ class _Worker:
                 security_opt=["no-new-privileges"],
                 ipc_mode="private",
                 log_config={"type": "none"},
-                labels={LABEL: "1", OWNER_LABEL: _owner()},
+                labels={LABEL: "1", OWNER_LABEL: _owner(), POOL_LABEL: pool},
             )
             self._sock = client.api.attach_socket(
                 self.container.id, params={"stdin": 1, "stdout": 1, "stream": 1}
@@ -246,11 +253,14 @@ class DockerSandbox(Sandbox):
                 "`agentrl sandbox build` (or `agentrl sandbox build --offline` without a registry)."
             ) from e
         reap_leftovers(self.client)
+        watch_containers(f"{OWNER_LABEL}={_owner()}")  # removed even after a kill -9
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers: set[_Worker] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._spawner = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sandbox-spawn")
+        self._pool_id = os.urandom(8).hex()
+        """Labels this sandbox's containers, so `close()` finds one whose creation was cut off."""
         self.num_replaced = 0
         _track(self)
         try:
@@ -263,7 +273,7 @@ class DockerSandbox(Sandbox):
     def _add_worker(self) -> None:
         if self._closed:
             return
-        worker = _Worker(self.client, self.config)
+        worker = _Worker(self.client, self.config, self._pool_id)
         with self._lock:
             if self._closed:
                 worker.destroy()
@@ -272,12 +282,14 @@ class DockerSandbox(Sandbox):
         self._idle.put(worker)
 
     def _replace(self, worker: _Worker) -> None:
-        with self._lock:
-            self._workers.discard(worker)
+        # The worker stays in `_workers` until destroyed: `close()` may cancel this task
+        # before it starts, and must then remove the container itself.
         self.num_replaced += 1
 
         def replace() -> None:
             worker.destroy()
+            with self._lock:
+                self._workers.discard(worker)
             for attempt in range(3):
                 try:
                     self._add_worker()
@@ -285,10 +297,10 @@ class DockerSandbox(Sandbox):
                 except Exception:
                     time.sleep(0.5 * (attempt + 1))
 
-        if not self._closed:
+        try:
             self._spawner.submit(replace)
-        else:
-            worker.destroy()
+        except RuntimeError:  # closing: the spawner takes no more work
+            replace()
 
     def _take(self) -> _Worker:
         wait = self.config.start_timeout * 2
@@ -409,6 +421,13 @@ class DockerSandbox(Sandbox):
         except RuntimeError:  # at interpreter exit no new threads start: one by one
             for worker in workers:
                 worker.destroy()
+        try:  # a container whose creation an interrupt cut off is known by its label only
+            for container in self.client.containers.list(
+                all=True, filters={"label": f"{POOL_LABEL}={self._pool_id}"}
+            ):
+                container.remove(force=True)
+        except Exception:
+            pass
 
 
 # -- removal at exit, Ctrl-C and SIGTERM ------------------------------------------------
