@@ -313,6 +313,37 @@ def check_env(
             total += len(_episode(env, seed + 200 + ep, policy(200 + ep), max_steps)) - 1
         return f"{total} steps: finite float rewards, bool flags, valid observations"
 
+    def spaces() -> str:
+        """What Gymnasium's own checker needs: every observation in `observation_space`,
+        every action in `action_space`."""
+        for label_, action in MALFORMED_ACTIONS.items():
+            if action not in env.action_space:
+                raise _CheckFailed(
+                    f"action_space {env.action_space!r:.60} does not hold the {label_} action",
+                    "keep action_space = AnyText() (agentrl.envs): an answer can be any text",
+                )
+        for ep in range(num_episodes):
+            act, ep_seed = policy(300 + ep), seed + 300 + ep
+            out = env.reset(seed=ep_seed)
+            for t in range(max_steps + 1):
+                if (reset_problem if t == 0 else step_problem)(out) is not None:
+                    break  # a broken return: the checks above report it
+                if out[0] not in env.observation_space:
+                    fix = (
+                        "declare observation_space = TextOrMessages() (agentrl.envs)"
+                        if isinstance(out[0], list)
+                        else "let observation_space hold every observation (AnyText(): any str)"
+                    )
+                    raise _CheckFailed(
+                        f"{'reset' if t == 0 else f'step {t}'} (seed {ep_seed}) returned "
+                        f"{out[0]!r:.60}, not in observation_space {env.observation_space!r:.60}",
+                        fix,
+                    )
+                if t == max_steps or (t > 0 and (out[2] or out[3])):
+                    break
+                out = env.step(act(t))
+        return "observations and actions lie in the declared spaces"
+
     run("step before reset", step_before_reset)
     run("system_prompt", system_prompt)
     run("max_turns", max_turns)
@@ -320,4 +351,5 @@ def check_env(
     run("malformed actions", malformed_actions)
     run("rewards and types", rewards_and_types)
     run("random episode ends", random_episode_ends)
+    run("spaces", spaces)
     return report

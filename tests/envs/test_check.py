@@ -6,8 +6,9 @@ import random
 from typing import Any, ClassVar
 
 import pytest
+from gymnasium import spaces
 
-from agentrl.envs import TokenEnv, check_env, registry, spec
+from agentrl.envs import TextOrMessages, TokenEnv, check_env, registry, spec
 
 
 @pytest.mark.parametrize("name", sorted(registry()))
@@ -167,3 +168,28 @@ def test_unknown_name_lists_every_known_env_and_no_wrong_fix() -> None:
     assert failure.detail.startswith("unknown env 'sokobn'. Did you mean: sokoban,")
     assert all(name in failure.detail for name in registry())  # the list is not cut off
     assert "constructible" not in failure.fix
+
+
+class UndeclaredMessages(Good):
+    """Returns tool messages but keeps the default `AnyText` observation space."""
+
+    def step(self, action: str):
+        self.require_reset()
+        return [{"role": "tool", "content": "42"}], 0.0, True, False, {"success": False}
+
+
+class DeclaredMessages(UndeclaredMessages):
+    observation_space = TextOrMessages()
+
+
+class NarrowActions(Good):
+    action_space = spaces.Text(max_length=100)  # Gymnasium's default charset: letters, digits
+
+
+def test_spaces_must_hold_what_the_env_returns_and_takes() -> None:
+    """What Gymnasium's own `check_env` needs; the fix names the space to declare."""
+    (failure,) = check_env(UndeclaredMessages).failures
+    assert failure.name == "spaces" and "TextOrMessages()" in failure.fix
+    assert check_env(DeclaredMessages).ok
+    (failure,) = check_env(NarrowActions).failures
+    assert failure.name == "spaces" and "AnyText()" in failure.fix
