@@ -177,12 +177,15 @@ def play(
     Prints the system prompt, each observation, reward and info, and the final success.
     Exit code 0 when the episode ends, 3 when the input ends or a line is empty first.
     """
-    from agentrl.envs.registry import make
+    from agentrl.envs.registry import UnknownEnvError, make
 
     try:
         env = make(name, **parse_env_kwargs(set_))
+    except UnknownEnvError as e:
+        raise typer.BadParameter(str(e), param_hint="NAME") from e
     except (KeyError, ImportError, TypeError, ValueError) as e:
-        raise typer.BadParameter(str(e), param_hint="NAME / --set") from e
+        hint = "NAME / --set" if set_ else "NAME"  # only what was typed
+        raise typer.BadParameter(str(e), param_hint=hint) from e
     typer.echo(f"== system prompt\n{env.system_prompt}\n")
     obs, info = env.reset(seed=seed)
     typer.echo(f"== observation (seed {seed}) info={info}\n{_show(obs)}")

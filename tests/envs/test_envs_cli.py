@@ -106,3 +106,11 @@ def test_play_subprocess_end_to_end() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "success=True" in proc.stdout
+
+
+def test_play_of_a_misspelled_name_names_only_what_was_typed() -> None:
+    result = runner.invoke(app, ["play", "sokobn"], input="\n")
+    assert result.exit_code == 2
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "Invalid value for NAME: unknown env 'sokobn'. Did you mean: sokoban" in text
+    assert "--set" not in text
