@@ -32,10 +32,9 @@ def build_engine(
         ray=ray,
         num_replicas=num_replicas,
         ray_address=ray_address,
-        # replicas share this machine's cores with the driver and the env workers
-        num_cpus_per_replica=0.5 if ray else 1.0,
     )
-    return engine_from_config(model, cfg, dtype=dtype)
+    # replicas share this machine's cores with the driver and the env workers
+    return engine_from_config(model, cfg, dtype=dtype, num_cpus_per_replica=0.5)
 
 
 def rollout_cmd(

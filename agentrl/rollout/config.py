@@ -107,12 +107,8 @@ class EngineConfig(_Section):
     """`vllm` on GPU: share of GPU memory for weights and KV cache."""
     kv_cache_gb: float | None = Field(None, gt=0.0)
     """`vllm`: KV cache size in GiB; None is 0.25 on CPU and set by memory share on GPU."""
-    num_cpus_per_replica: float = Field(1.0, ge=0.0)
-    """Ray: CPUs reserved by each replica."""
     num_gpus_per_replica: float = Field(0.0, ge=0.0)
     """Ray: GPUs reserved by each replica (e.g. 1 for one vLLM engine per GPU)."""
-    placement_strategy: Literal["PACK", "SPREAD", "STRICT_SPREAD"] | None = None
-    """Ray: reserve one placement-group bundle per replica with this strategy; None: no group."""
     ray_address: str | None = None
     """Ray: cluster to join (`host:port` or `auto`); None starts Ray in this process."""
     update_timeout_s: float = Field(300.0, gt=0.0)

@@ -4,8 +4,7 @@
   (`session_id`) go to the replica that served its first turn, so its prefix cache helps.
 - `update_weights` puts the state dict in Ray's object store once and every replica loads it;
   it fails with `TimeoutError` naming the replicas that did not answer in time.
-- A replica that dies is replaced (same resources, same placement-group bundle), given the
-  latest weights, and the requests it had in flight are sent again.
+- A replica that dies is replaced (same resources), given the latest weights, and the requests it had in flight are sent again.
 - `address=None` starts Ray in this process (`ray.init()`) unless it is already running;
   `address="host:port"` (or `"auto"`) joins an existing cluster.
 
@@ -104,7 +103,6 @@ class RayEngine:
         num_replicas: int = 2,
         num_cpus: float = 1.0,
         num_gpus: float = 0.0,
-        placement_strategy: Literal["PACK", "SPREAD", "STRICT_SPREAD"] | None = None,
         address: str | None = None,
         num_threads: int | None = 1,
         update_timeout_s: float = 300.0,
@@ -113,8 +111,7 @@ class RayEngine:
         max_sessions: int = 100_000,
     ) -> None:
         """Start `num_replicas` actors, each building `engine` (an `EngineSpec` or a picklable
-        factory) with `num_cpus`/`num_gpus`. `placement_strategy` reserves one placement-group
-        bundle per replica (PACK, SPREAD or STRICT_SPREAD); None places actors freely."""
+        factory) with `num_cpus`/`num_gpus`, placed by Ray's scheduler."""
         import ray
 
         if not ray.is_initialized():
@@ -136,13 +133,6 @@ class RayEngine:
             "max_concurrency": 1000,
         }
         self._num_threads = num_threads
-        self._pg = None
-        if placement_strategy is not None:
-            from ray.util.placement_group import placement_group
-
-            bundle = {"CPU": num_cpus} | ({"GPU": num_gpus} if num_gpus else {})
-            self._pg = placement_group([bundle] * num_replicas, strategy=placement_strategy)
-            ray.get(self._pg.ready(), timeout=start_timeout_s)
         self._weights: tuple[Any, int] | None = None  # latest (ObjectRef, version)
         self._sessions: OrderedDict[str, int] = OrderedDict()
         self._max_sessions = max_sessions
@@ -207,11 +197,6 @@ class RayEngine:
             except Exception:  # already dead or stuck: kill it anyway
                 pass
             ray.kill(replica.actor)
-        if self._pg is not None:
-            from ray.util.placement_group import remove_placement_group
-
-            remove_placement_group(self._pg)
-            self._pg = None
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -261,14 +246,7 @@ class RayEngine:
     def _new_actor(self, index: int) -> Any:
         import ray
 
-        options = dict(self._options)
-        if self._pg is not None:
-            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                self._pg, placement_group_bundle_index=index
-            )
-        cls = ray.remote(_EngineActor).options(name=None, **options)
+        cls = ray.remote(_EngineActor).options(name=None, **self._options)
         return cls.remote(self._factory, self._num_threads)
 
     def _restart(self, dead: _Replica) -> None:
@@ -292,8 +270,11 @@ class RayEngine:
             self.restarts += 1
 
 
-def engine_from_config(model: str, cfg: EngineConfig, *, dtype: str = "auto") -> Engine:
-    """The engine `cfg` describes for `model`: HF or vLLM, in-process or as Ray replicas."""
+def engine_from_config(
+    model: str, cfg: EngineConfig, *, dtype: str = "auto", num_cpus_per_replica: float = 1.0
+) -> Engine:
+    """The engine `cfg` describes for `model`: HF or vLLM, in-process or as Ray replicas, each
+    replica reserving `num_cpus_per_replica` CPUs (and `cfg.num_gpus_per_replica` GPUs)."""
     if cfg.device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     else:
@@ -318,9 +299,8 @@ def engine_from_config(model: str, cfg: EngineConfig, *, dtype: str = "auto") ->
     return RayEngine(
         spec,
         num_replicas=cfg.num_replicas,
-        num_cpus=cfg.num_cpus_per_replica,
+        num_cpus=num_cpus_per_replica,
         num_gpus=cfg.num_gpus_per_replica,
-        placement_strategy=cfg.placement_strategy,
         address=cfg.ray_address,
         update_timeout_s=cfg.update_timeout_s,
     )

@@ -140,7 +140,9 @@ class LoraConfig(_Section):
     """Low-rank adapters through `peft` (installed separately: `pip install agentrl[peft]`),
     on every backend. The engines get the merged weights; checkpoints keep the adapter alone
     under `policy/adapter` (peft format), which `agentrl eval --model` and `agentrl export`
-    load over the base model."""
+    load over the base model. The adapters have no dropout: the backends score and update in
+    train mode, where dropout would make the trainer's log-probabilities differ from those of
+    the engine that sampled."""
 
     enabled: bool = False
     """Train LoRA adapters on the policy instead of all its weights (a critic trains fully)."""
@@ -148,8 +150,6 @@ class LoraConfig(_Section):
     """Adapter rank."""
     alpha: int = Field(default=32, gt=0)
     """LoRA scaling numerator (scale = alpha / r)."""
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    """Dropout on the adapter input."""
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
     )

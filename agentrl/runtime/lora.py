@@ -63,7 +63,7 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, *, base_model: str) -> nn.Modu
     lora = peft.LoraConfig(
         r=cfg.r,
         lora_alpha=cfg.alpha,
-        lora_dropout=cfg.dropout,
+        lora_dropout=0.0,  # see LoraConfig
         target_modules=list(cfg.target_modules),
         bias="none",
     )

@@ -142,6 +142,9 @@ class TrainConfig(_Section):
         "algo.normalize_rewards": "removed: rewards are normalised exactly when a critic runs",
         "algo.kl_in_reward": "removed: algo.kl_kind k1 goes into the reward, k2 and k3 the loss",
         "algo.vf_coef": "removed: the critic has its own optimizer (optim.critic_lr)",
+        "engine.num_cpus_per_replica": "removed: each Ray replica reserves one CPU",
+        "engine.placement_strategy": "removed: Ray's scheduler places the replicas",
+        "trainer.lora.dropout": "removed: LoRA adapters have no dropout",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 

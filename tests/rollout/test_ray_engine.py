@@ -188,8 +188,7 @@ def test_vllm_replicas_on_two_nodes(two_node_cluster: str, tiny_model_path: Path
     engine = RayEngine(
         spec,
         num_replicas=2,
-        num_cpus=1,
-        placement_strategy="STRICT_SPREAD",  # one replica per node
+        num_cpus=1,  # each node has one CPU: one replica per node
         address=two_node_cluster,
     )
     print(f"2 vLLM replicas on 2 nodes started in {time.perf_counter() - t0:.1f} s")
