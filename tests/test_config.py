@@ -43,6 +43,15 @@ def test_unknown_key_names_field_and_file(tmp_path) -> None:
     assert str(path) in str(e.value)
 
 
+def test_a_retired_key_is_reported_with_what_replaced_it() -> None:
+    """Keys of earlier versions are unknown keys whose error says what to write instead."""
+    assert not set(TrainConfig.retired_keys) & set(config_keys())
+    for key, now in TrainConfig.retired_keys.items():
+        with pytest.raises(ConfigError) as e:
+            load_config(overrides=[f"{key}=1"])
+        assert f"  {key}: unknown key (value 1); {now}" in str(e.value)
+
+
 def test_bad_value_names_field_value_and_origin(tmp_path) -> None:
     with pytest.raises(ConfigError) as e:
         load_config(overrides=["optim.lr=-1"])
