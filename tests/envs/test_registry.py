@@ -135,7 +135,7 @@ def test_the_registry_imports_no_env() -> None:
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     envs = {m for m in imported if m and m.startswith("agentrl.envs")}
     assert envs == {"agentrl.envs.base"}
-    assert "import_module(\"agentrl" not in Path(reg.__file__).read_text()
+    assert 'import_module("agentrl' not in Path(reg.__file__).read_text()
 
 
 def test_make_in_fresh_threads_sees_the_builtins() -> None:
