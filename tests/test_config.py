@@ -107,3 +107,18 @@ def test_algo_config_literals_match_the_losses() -> None:
 
     assert get_args(algo_config.LossAgg) == get_args(losses.LossAgg)
     assert get_args(algo_config.KLKind) == get_args(losses.KLKind)
+
+
+def test_unknown_key_suggests_the_nearest_keys() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(
+            overrides=["trainer.num_step=3", "trainer.lr=1", "algo.clip_eps=0.1", "zzz.q=1"],
+            model=TrainConfig,
+        )
+    text = str(err.value)
+    assert "trainer.num_step: unknown key (value 3); did you mean trainer.num_steps?" in text
+    assert (
+        "trainer.lr: unknown key (value 1); did you mean optim.lr or warm_start.optim.lr?" in text
+    )
+    assert "did you mean algo.clip_eps_low or algo.clip_eps_high?" in text
+    assert "zzz: unknown key ({'q': 1})" in text.replace("(value ", "(")

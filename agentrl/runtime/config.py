@@ -9,6 +9,7 @@ keys and bad values are errors that name the field, the value and the file.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -203,13 +204,42 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def _format_errors(err: ValidationError, origin: str, retired: dict[str, str]) -> str:
+def nearest_keys(key: str, known: list[str], n: int = 3) -> list[str]:
+    """Known dotted keys closest to a mistyped one: same last name in another section first
+    (`trainer.lr` -> `optim.lr`), then by spelling.
+
+    >>> nearest_keys("trainer.num_step", ["trainer.num_steps", "optim.lr"])
+    ['trainer.num_steps']
+    >>> nearest_keys("trainer.lr", ["trainer.num_steps", "optim.lr", "optim.critic_lr"])
+    ['optim.lr']
+    """
+    last = key.rsplit(".", 1)[-1]
+    same_name = sorted(
+        (k for k in known if k.rsplit(".", 1)[-1] == last), key=lambda k: k.count(".")
+    )
+    if same_name:
+        return same_name[:n]
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, key, k).ratio(), k) for k in known), reverse=True
+    )
+    best = scored[0][0] if scored else 0.0
+    return [k for r, k in scored[:n] if r >= 0.75 and r >= best - 0.05]
+
+
+def _format_errors(
+    err: ValidationError, origin: str, retired: dict[str, str], known: list[str]
+) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         value = e.get("input")
         if e["type"] == "extra_forbidden":
-            hint = f"; {retired[loc]}" if loc in retired else ""
+            if loc in retired:
+                hint = f"; {retired[loc]}"
+            elif near := nearest_keys(loc, known):
+                hint = f"; did you mean {' or '.join(near)}?"
+            else:
+                hint = ""
             lines.append(f"  {loc}: unknown key (value {value!r}){hint}")
         else:
             lines.append(f"  {loc} = {value!r}: {e['msg']}")
@@ -258,7 +288,10 @@ def load_config(
         return model.model_validate(tree)
     except ValidationError as e:
         retired = getattr(model, "retired_keys", {})
-        raise ConfigError(_format_errors(e, ", ".join(origins) or "defaults", retired)) from None
+        known = config_keys(model)
+        raise ConfigError(
+            _format_errors(e, ", ".join(origins) or "defaults", retired, known)
+        ) from None
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
