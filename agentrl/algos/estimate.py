@@ -112,7 +112,7 @@ def compute_advantages(
     old_logp: Tensor | None = None,
     ref_logp: Tensor | None = None,
     state_ids: Tensor | None = None,
-    estimate: Estimate | None = None,
+    estimate: Estimate,
 ) -> AdvantageResult:
     """Per-token advantages (and critic targets) for a batch of rows.
 
@@ -123,21 +123,20 @@ def compute_advantages(
     - `old_logp`, `ref_logp [B, T]`: needed when the KL goes into the reward.
     - `state_ids [B, K]`: the state each turn acted in (`TrainBatch.turn_states`: equal ids
       for equal prompts, -1 past the last turn); needed by `gigpo`.
-    - `estimate`: the algorithm's credit on the packed rows (default: that of the registered
-      algorithm `algo.name`).
+    - `estimate`: the algorithm's credit on the packed rows (`Algorithm.estimate`; e.g.
+      `agentrl.algos.policy_gradient.group_estimate` for grpo).
 
+    >>> from agentrl.algos.policy_gradient import group_estimate
     >>> algo = AlgoConfig(name="grpo")
     >>> out = compute_advantages(algo, loss_mask=torch.ones(2, 2),
     ...     turn_rewards=torch.tensor([[1.0], [0.0]]), turn_ids=torch.zeros(2, 2, dtype=torch.long),
-    ...     group_ids=torch.tensor([0, 0]))
+    ...     group_ids=torch.tensor([0, 0]), estimate=group_estimate)
     >>> out.advantages
     tensor([[ 0.7071,  0.7071],
             [-0.7071, -0.7071]])
     """
     if algo.use_critic and values is None:
         raise ValueError(f"algorithm {algo.name!r} needs critic values")
-    if algo.name == "gigpo" and state_ids is None:
-        raise ValueError("algorithm 'gigpo' needs state_ids (TrainBatch.turn_states)")
     kl = None
     if algo.use_reference and algo.kl_in_reward:
         if old_logp is None or ref_logp is None:
@@ -145,10 +144,6 @@ def compute_advantages(
         m = loss_mask.bool()
         kl = torch.where(m, kl_penalty(old_logp.detach(), ref_logp, algo.kl_kind), 0.0)
 
-    if estimate is None:
-        from agentrl.algos.base import algorithm_class
-
-        estimate = algorithm_class(algo.name).estimate
     per_turn_rows = traj_ids is not None and torch.unique(traj_ids).numel() < traj_ids.numel()
     if not per_turn_rows:
         return _one_row_each(

@@ -8,9 +8,15 @@ import pytest
 import torch
 
 from agentrl.algos.advantages import grpo_advantages, whiten
+from agentrl.algos.base import algorithm_class
 from agentrl.algos.config import AlgoConfig
 from agentrl.algos.estimate import compute_advantages
 from agentrl.algos.presets import list_presets, preset_algo_config
+
+
+def advantages_of(algo, **kwargs):
+    """`compute_advantages` with the estimator of the registered algorithm `algo.name`."""
+    return compute_advantages(algo, estimate=algorithm_class(algo.name).estimate, **kwargs)
 
 
 def close(a: torch.Tensor, b, tol: float = 1e-5) -> None:
@@ -34,7 +40,7 @@ def _batch():
 def test_every_preset_gives_finite_advantages_on_trained_tokens_only(preset) -> None:
     mask, turn_ids, turn_rewards, groups, values, logp, ref = _batch()
     algo = preset_algo_config(preset)
-    out = compute_advantages(
+    out = advantages_of(
         algo,
         loss_mask=mask,
         turn_rewards=turn_rewards,
@@ -59,7 +65,7 @@ def test_every_preset_gives_finite_advantages_on_trained_tokens_only(preset) -> 
 def test_starpo_trajectory_level_gae_is_return_minus_value_whitened() -> None:
     mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
     algo = AlgoConfig(name="ppo", gamma=1.0, lam=1.0)
-    out = compute_advantages(
+    out = advantages_of(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=groups,
         values=values,
     )  # fmt: skip
@@ -71,7 +77,7 @@ def test_starpo_trajectory_level_gae_is_return_minus_value_whitened() -> None:
 def test_turn_reward_level_gae_places_rewards_at_turn_ends() -> None:
     mask, turn_ids, turn_rewards, groups, values, _, _ = _batch()
     algo = AlgoConfig(name="ppo", reward_level="turn", gamma=0.5, lam=1.0)
-    out = compute_advantages(
+    out = advantages_of(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=groups,
         values=values,
     )  # fmt: skip
@@ -93,7 +99,7 @@ def test_grpo_counts_each_trajectory_once_with_per_turn_rows() -> None:
     mask = torch.tensor([[0, 1, 1], [0, 0, 1], [1, 1, 0]])
     turn_ids = torch.tensor([[-1, 0, 0], [0, 0, 1], [0, 0, -1]])
     turn_rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
-    out = compute_advantages(
+    out = advantages_of(
         AlgoConfig(name="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
         turn_ids=turn_ids, group_ids=torch.tensor([4, 4, 4]), traj_ids=torch.tensor([0, 0, 1]),
     )  # fmt: skip
@@ -109,14 +115,14 @@ def test_kl_in_reward_lowers_the_return_of_the_drifting_trajectory() -> None:
     turn_rewards = torch.tensor([[1.0], [1.0]])
     logp = torch.tensor([[0.5, 0.5], [0.0, 0.0]])
     algo = AlgoConfig(name="rloo", kl_coef=0.1, kl_kind="k1")
-    out = compute_advantages(
+    out = advantages_of(
         algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids,
         group_ids=torch.tensor([0, 0]), old_logp=logp, ref_logp=torch.zeros(2, 2),
     )  # fmt: skip
     close(out.advantages, [[-0.1, -0.1], [0.1, 0.1]])
     assert out.stats["kl_reward"] == pytest.approx(0.25)
     with pytest.raises(ValueError, match="kl_in_reward needs"):
-        compute_advantages(
+        advantages_of(
             algo, loss_mask=mask, turn_rewards=turn_rewards, turn_ids=turn_ids,
             group_ids=torch.tensor([0, 0]),
         )  # fmt: skip
@@ -124,7 +130,7 @@ def test_kl_in_reward_lowers_the_return_of_the_drifting_trajectory() -> None:
 
 def test_grpo_path_equals_the_pure_function() -> None:
     mask, turn_ids, turn_rewards, groups, *_ = _batch()
-    out = compute_advantages(
+    out = advantages_of(
         AlgoConfig(name="grpo", scale_by_std=False), loss_mask=mask,
         turn_rewards=turn_rewards, turn_ids=turn_ids, group_ids=groups,
     )  # fmt: skip
@@ -135,7 +141,7 @@ def test_grpo_path_equals_the_pure_function() -> None:
 def test_critic_estimators_need_values() -> None:
     mask, turn_ids, turn_rewards, groups, *_ = _batch()
     with pytest.raises(ValueError, match="critic values"):
-        compute_advantages(
+        advantages_of(
             AlgoConfig(name="ppo"), loss_mask=mask, turn_rewards=turn_rewards,
             turn_ids=turn_ids, group_ids=groups,
         )  # fmt: skip
@@ -147,7 +153,7 @@ def test_reinforce_pp_baseline_over_trajectories_with_per_turn_rows() -> None:
     mask = torch.tensor([[0, 1, 1], [0, 0, 1], [1, 1, 0]])
     turn_ids = torch.tensor([[-1, 0, 0], [0, 0, 1], [0, 0, -1]])
     turn_rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
-    out = compute_advantages(
+    out = advantages_of(
         AlgoConfig(name="reinforce++"), loss_mask=mask, turn_rewards=turn_rewards,
         turn_ids=turn_ids, group_ids=torch.tensor([4, 4, 4]), traj_ids=torch.tensor([0, 0, 1]),
     )  # fmt: skip
@@ -242,8 +248,8 @@ def _two_layouts(seed: int):
 def test_per_turn_rows_get_the_credit_of_one_prefix_preserving_row(name, seed) -> None:
     algo = AlgoConfig(**_GOLDEN_CONFIGS[name])
     single, (s_values, s_logp, s_ref), per_turn, (p_values, p_logp, p_ref) = _two_layouts(seed)
-    one = compute_advantages(algo, **single, values=s_values, old_logp=s_logp, ref_logp=s_ref)
-    rows = compute_advantages(algo, **per_turn, values=p_values, old_logp=p_logp, ref_logp=p_ref)
+    one = advantages_of(algo, **single, values=s_values, old_logp=s_logp, ref_logp=s_ref)
+    rows = advantages_of(algo, **per_turn, values=p_values, old_logp=p_logp, ref_logp=p_ref)
     s_m, p_m = single["loss_mask"].bool(), per_turn["loss_mask"].bool()
     # row-major order of the trained tokens is turn order in both layouts
     close(rows.advantages[p_m], one.advantages[s_m])
@@ -260,7 +266,7 @@ def test_turn_level_grpo_credits_each_move_by_its_return_to_go() -> None:
     # turn 1: (1.0 - 0.75) / 1.0607 (the move after the reward of turn 0 gets less credit).
     mask = torch.tensor([[1, 1], [1, 1]])
     turn_ids = torch.tensor([[0, 1], [0, 1]])
-    out = compute_advantages(
+    out = advantages_of(
         AlgoConfig(name="grpo", reward_level="turn"), loss_mask=mask,
         turn_rewards=torch.tensor([[0.5, 1.0], [0.0, 0.0]]), turn_ids=turn_ids,
         group_ids=torch.tensor([0, 0]),
@@ -275,8 +281,8 @@ def test_turn_level_grpo_credits_each_move_by_its_return_to_go() -> None:
         group_ids=torch.tensor([0, 0]),
     )
     close(
-        compute_advantages(AlgoConfig(name="grpo", reward_level="turn"), **single).advantages,
-        compute_advantages(AlgoConfig(name="grpo"), **single).advantages,
+        advantages_of(AlgoConfig(name="grpo", reward_level="turn"), **single).advantages,
+        advantages_of(AlgoConfig(name="grpo"), **single).advantages,
     )
 
 
@@ -289,7 +295,7 @@ def test_grpo_std_floor_keeps_step_penalty_differences_small() -> None:
         turn_rewards=returns,
         group_ids=torch.tensor([0, 0]),
     )
-    scaled = compute_advantages(AlgoConfig(name="grpo"), **base).advantages
-    floored = compute_advantages(AlgoConfig(name="grpo", std_floor=1.0), **base).advantages
+    scaled = advantages_of(AlgoConfig(name="grpo"), **base).advantages
+    floored = advantages_of(AlgoConfig(name="grpo", std_floor=1.0), **base).advantages
     close(scaled.abs(), torch.full((2, 1), 1 / math.sqrt(2)), 1e-3)  # blown up to unit scale
     close(floored, torch.tensor([[-0.05], [0.05]]), 1e-4)

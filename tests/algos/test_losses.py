@@ -311,6 +311,7 @@ def test_traj_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight() -
     # logprobs must be equal and opposite whatever its number of turns.
     from agentrl.algos.config import AlgoConfig
     from agentrl.algos.estimate import compute_advantages
+    from agentrl.algos.policy_gradient import group_estimate
 
     traj_ids = torch.tensor([0] * 10 + [1] * 4)
     mask = torch.ones(14, 2)
@@ -320,6 +321,7 @@ def test_traj_mean_gives_a_10_turn_failure_and_a_4_turn_success_equal_weight() -
     adv = compute_advantages(
         AlgoConfig(name="grpo"), loss_mask=mask, turn_rewards=turn_rewards,
         turn_ids=turn_ids, group_ids=torch.zeros(14, dtype=torch.long), traj_ids=traj_ids,
+        estimate=group_estimate,
     ).advantages  # fmt: skip
     traj_tokens = torch.where(traj_ids == 0, 20.0, 8.0)
 
