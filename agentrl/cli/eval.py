@@ -153,6 +153,7 @@ def eval_cmd(
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.models import load_tokenizer
     from agentrl.runtime.lora import is_adapter_dir, loadable_model
+    from agentrl.runtime.threads import set_torch_threads
     from agentrl.train.checkpoint import model_dir
 
     saved = None
@@ -206,6 +207,7 @@ def eval_cmd(
         except (FileNotFoundError, ValueError, RuntimeError) as e:  # e.g. an adapter's base
             _fail(str(e))
         tokenizer = load_tokenizer(str(model_path))
+        set_torch_threads(key="OMP_NUM_THREADS")  # the HF engine's, from the usable CPUs
         runner = SeededEngine(build_engine(cfg, model_path))
         stack.callback(runner.close)
         for temp in temperatures:

@@ -82,6 +82,7 @@ def rollout_cmd(
     from agentrl.rollout.config import RolloutConfig, SamplingConfig
     from agentrl.rollout.loop import rollout
     from agentrl.rollout.models import load_tokenizer
+    from agentrl.runtime.threads import set_torch_threads
     from agentrl.trajectory.io import write_step
 
     if env_executor not in ("thread", "process", "ray"):
@@ -101,6 +102,7 @@ def rollout_cmd(
     )
     console = Console()
     tokenizer = load_tokenizer(model)
+    set_torch_threads(key="OMP_NUM_THREADS")  # the HF engine's, from the usable CPUs
     policy = build_engine(
         model, engine, ray=ray, num_replicas=num_replicas, ray_address=ray_address
     )

@@ -89,6 +89,7 @@ def run_training(
     from agentrl._console import console, setup_logging
     from agentrl.runtime.lora import ADAPTER_DIR
     from agentrl.runtime.metrics import METRICS_FILE
+    from agentrl.runtime.threads import set_torch_threads
     from agentrl.train.checkpoint import latest_checkpoint
     from agentrl.train.trainer import Trainer
 
@@ -97,6 +98,7 @@ def run_training(
         log.info("run dir %s", run_dir)
         for line in plan_lines(cfg, Path(run_dir), resume=resume):
             log.info("%s", line)
+    set_torch_threads(cfg.trainer.num_threads)  # chosen once a process; logs `threads: N (...)`
     if cfg.warm_start.expert is not None:
         cfg = _with_warm_start(cfg, Path(run_dir))
     if resume and latest_checkpoint(run_dir) is None:  # killed before RL's first checkpoint

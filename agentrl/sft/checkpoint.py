@@ -23,7 +23,13 @@ from agentrl.runtime.checkpoint import fsync_dir, rng_state, set_rng_state
 CHECKPOINT_DIR = "sft_checkpoint"
 STATE_FILE = "sft_state.json"
 NOT_COMPARED = frozenset(
-    {"checkpoint_every_s", "eval_episodes", "eval_temperature", "eval_max_new_tokens"}
+    {
+        "checkpoint_every_s",
+        "eval_episodes",
+        "eval_temperature",
+        "eval_max_new_tokens",
+        "num_threads",
+    }
 )
 """Config fields a resume may change: they do not touch the optimizer steps."""
 

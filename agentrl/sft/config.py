@@ -40,8 +40,9 @@ class SFTConfig(ExpertSFTConfig):
     """First validation seed (the same seeds `agentrl train` and `agentrl eval` use)."""
     seed: int = 0
     """Seed for torch (init of nothing, batch shuffling) and the evaluation sampler."""
-    num_threads: int = Field(default=1, ge=0)
-    """torch intra-op threads on CPU; 0 keeps torch's default."""
+    num_threads: int = Field(default=0, ge=0)
+    """torch intra-op threads; 0 chooses them from the CPUs the process may use and the
+    machine's load, or takes `OMP_NUM_THREADS` when it is set."""
 
     def model_settings(self) -> ModelSettings:
         """How the fine-tuned model plays its env: what `agentrl eval --model` reproduces."""

@@ -28,6 +28,7 @@ import torch
 
 from agentrl.runtime.batch import TrainBatch, micro_batches
 from agentrl.runtime.model_settings import write_model_settings
+from agentrl.runtime.threads import SlowStepWatch, set_torch_threads
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.dataset import TokenRows
 from agentrl.trajectory.types import Trajectory
@@ -236,8 +237,8 @@ def run_sft(
         check_sft_checkpoint(found, cfg.model_dump(mode="json"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sft_config.yaml").write_text(dump_config(cfg))
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
+    threads = set_torch_threads(cfg.num_threads, key="num_threads")  # logs the choice once
+    slow_steps = SlowStepWatch(num_threads=threads.num_threads, key=threads.key, what="SFT step")
     torch.manual_seed(cfg.seed)
     model_path = resolve_model(cfg.model)
     tokenizer = load_tokenizer(str(model_path))
@@ -275,8 +276,10 @@ def run_sft(
             epoch_start = generator.get_state()  # a checkpoint in this epoch redraws from it
             skip = state.step - epoch * num_mini
             for mini in rows.mini_batches(num_mini, generator, skip=skip):
+                step_start = time.perf_counter()
                 metrics = _sft_step(backend, mini, cfg.micro_batch_tokens)
                 state.step += 1
+                slow_steps.observe(state.step, time.perf_counter() - step_start)
                 metrics["sft/epoch"] = float(epoch)
                 logger.log(state.step, metrics)
                 if on_step is not None:

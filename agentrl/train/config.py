@@ -81,7 +81,8 @@ class TrainerConfig(_Section):
     """Overlap the rollout of step t+1 with the update of step t (staleness <= 1, corrected
     with sampler logprobs)."""
     num_threads: int = Field(default=0, ge=0)
-    """torch intra-op threads on CPU; 0 keeps torch's default."""
+    """torch intra-op threads (also the warm start's); 0 chooses them from the CPUs the
+    process may use and the machine's load, or takes `OMP_NUM_THREADS` when it is set."""
 
 
 class CheckpointConfig(_Section):

@@ -37,6 +37,7 @@ from agentrl.runtime.metrics import (
     MetricsLogger,
     trajectory_stats,
 )
+from agentrl.runtime.threads import SlowStepWatch, set_torch_threads
 from agentrl.train.backends import backend_for_run
 from agentrl.train.checkpoint import (
     TrainerState,
@@ -96,8 +97,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.env_factory = functools.partial(make, cfg.env.name, **cfg.env.kwargs)
         _check_env(cfg.env.name, cfg.env.kwargs)  # a bad kwarg fails now, before model work
-        if cfg.trainer.num_threads:
-            torch.set_num_threads(cfg.trainer.num_threads)
+        threads = set_torch_threads(cfg.trainer.num_threads)  # logs the choice once
+        self.slow_steps = SlowStepWatch(num_threads=threads.num_threads, key=threads.key)
         _seed_everything(cfg.seed)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         """Shuffles mini-batches; saved in checkpoints."""
@@ -276,6 +277,7 @@ class Trainer:
         metrics["weight_version"] = float(self.state.weight_version)
         if self.logger is not None:  # before the checkpoint: a resume keeps this line
             self.logger.log(step, metrics)
+            self.slow_steps.observe(step, metrics["time/step"] - metrics.get("time/eval", 0.0))
         every = self.cfg.checkpoint.every
         if (every and step % every == 0) or step == self.cfg.trainer.num_steps:
             start = time.perf_counter()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.runtime.metrics import read_metrics
-from agentrl.sft.checkpoint import CHECKPOINT_DIR, STATE_FILE
+from agentrl.sft.checkpoint import CHECKPOINT_DIR, STATE_FILE, check_sft_checkpoint
 from agentrl.sft.config import SFTConfig
 from agentrl.sft.train import RESULT_FILE, TRAJECTORIES_FILE, run_sft
 
@@ -143,3 +143,14 @@ def test_episodes_are_played_again_when_their_settings_changed(tmp_path: Path) -
     (tmp_path / "b" / RESULT_FILE).unlink()
     other = run_sft(cfg.model_copy(update={"num_episodes": 5}), tmp_path / "b")
     assert other.num_trajectories == 5
+
+
+def test_a_resume_may_change_the_thread_count(tmp_path: Path) -> None:
+    """`num_threads` does not touch the optimizer steps (a run slowed by shared cores is
+    resumed with `--set trainer.num_threads=1`); other settings are still compared."""
+    (tmp_path / STATE_FILE).write_text(
+        json.dumps({"step": 3, "config": {"num_threads": 0, "batch_size": 4}})
+    )
+    assert check_sft_checkpoint(tmp_path, {"num_threads": 1, "batch_size": 4}).step == 3
+    with pytest.raises(ValueError, match=r"batch_size: 4 -> 2"):
+        check_sft_checkpoint(tmp_path, {"num_threads": 0, "batch_size": 2})
