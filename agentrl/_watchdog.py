@@ -39,7 +39,7 @@ WATCHDOG_ENV = "AGENTRL_WATCHDOG"
 """Set in each watchdog's environment, so that no watchdog ends another."""
 SCAN_S = 0.5
 """Seconds between two records of the owner's descendants."""
-TERM_GRACE_S = 4.0
+TERM_GRACE_S = 3.0
 """Seconds from SIGTERM to SIGKILL for the processes left behind."""
 TRACKER_GRACE_S = 2.0
 """Seconds more for multiprocessing's resource trackers, which unlink shared memory on exit."""
@@ -140,10 +140,15 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0].decode(), int(fields[1]), int(fields[19])
 
 
-def _running(pid: int, start: int) -> bool:
-    """Whether the process `pid` that started at `start` still runs (a zombie does not)."""
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks after boot), or None when it is not running."""
     stat = _stat(pid)
-    return stat is not None and stat[2] == start and stat[0] not in "ZXx"
+    return stat[2] if stat is not None and stat[0] not in "ZXx" else None
+
+
+def running(pid: int, start: int) -> bool:
+    """Whether the process `pid` that started at `start` still runs (a zombie does not)."""
+    return start_time(pid) == start
 
 
 def _read(path: str) -> bytes:
@@ -193,7 +198,7 @@ def _holds(pid: int, target: str) -> bool:
     return False
 
 
-def _descendants(roots: list[int]) -> dict[int, int]:
+def descendants(roots: list[int]) -> dict[int, int]:
     """Every process below `roots`, with its start time."""
     found: dict[int, int] = {}
     by_parent: dict[int, list[int]] | None = None
@@ -232,7 +237,7 @@ class _Watchdog:
         self._pending = b""
 
     def owner_running(self) -> bool:
-        return self.owner_start is not None and _running(self.owner, self.owner_start)
+        return self.owner_start is not None and running(self.owner, self.owner_start)
 
     def wait_for_owner(self) -> None:
         os.set_blocking(0, False)
@@ -251,8 +256,8 @@ class _Watchdog:
 
     def record(self) -> None:
         """Add the owner's descendants running now; forget those that ended."""
-        self.known = {pid: s for pid, s in self.known.items() if _running(pid, s)}
-        for pid, start in _descendants([self.owner]).items():
+        self.known = {pid: s for pid, s in self.known.items() if running(pid, s)}
+        for pid, start in descendants([self.owner]).items():
             self.known.setdefault(pid, start)
 
     def read_messages(self) -> bool:
@@ -280,49 +285,56 @@ class _Watchdog:
         """Processes to end now: the recorded ones, the marked ones, those holding the owner's
         end of our pipe (its forks, even one too recent to have said so), and all below them."""
         self.read_messages()
-        me = os.getpid()
-        found = {pid: s for pid, s in self.known.items() if _running(pid, s)}
+        found = {pid: s for pid, s in self.known.items() if running(pid, s)}
         for pid in _all_pids():
-            if pid in found or pid == me:
+            if pid in found or pid == os.getpid():
                 continue
             marked = self.mark in b"\0" + _read(f"/proc/{pid}/environ") + b"\0"
             if marked or _holds(pid, self.pipe):
                 stat = _stat(pid)
                 if stat is not None:
                     found[pid] = stat[2]
-        found.update(_descendants(list(found)))
-        spared = {me, 1, self.owner}
+        return self.below(found)
+
+    def below(self, found: dict[int, int]) -> dict[int, int]:
+        """`found` and every process below it, but no watchdog, and only those running."""
+        everything = {**found, **descendants(list(found))}
+        spared = {os.getpid(), 1, self.owner}
+        watchdog = f"\0{WATCHDOG_ENV}=1\0".encode()
         return {
             pid: start
-            for pid, start in found.items()
+            for pid, start in everything.items()
             if pid not in spared
-            and _running(pid, start)
-            and f"\0{WATCHDOG_ENV}=1\0".encode() not in b"\0" + _read(f"/proc/{pid}/environ")
+            and running(pid, start)
+            and watchdog not in b"\0" + _read(f"/proc/{pid}/environ")
         }
 
     def end_processes(self) -> None:
-        signalled: dict[int, int] = {}
+        """SIGTERM to what the owner left behind, SIGKILL to what is left after a while."""
+        found = self.left_behind()  # one scan of every process; then only their descendants
+        for pid in found:
+            _signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
-        while time.monotonic() < deadline:
-            for pid, start in self.left_behind().items():
-                if pid not in signalled:
-                    signalled[pid] = start
+        while found and time.monotonic() < deadline:
+            time.sleep(0.1)
+            for pid, start in self.below(found).items():
+                if pid not in found:  # started meanwhile
+                    found[pid] = start
                     _signal(pid, signal.SIGTERM)
-            if not any(_running(pid, s) for pid, s in signalled.items()):
-                return
-            time.sleep(0.2)
-        survivors = {**signalled, **self.left_behind()}
+            found = {pid: start for pid, start in found.items() if running(pid, start)}
+        if not found:
+            return
+        survivors = self.below({**found, **self.left_behind()})
         trackers = {
             pid for pid in survivors if b"resource_tracker" in _read(f"/proc/{pid}/cmdline")
         }
-        for pid, start in survivors.items():
-            if pid not in trackers and _running(pid, start):
-                _signal(pid, signal.SIGKILL)
+        for pid in survivors.keys() - trackers:
+            _signal(pid, signal.SIGKILL)
         deadline = time.monotonic() + TRACKER_GRACE_S
-        while any(_running(p, survivors[p]) for p in trackers) and time.monotonic() < deadline:
+        while any(running(p, survivors[p]) for p in trackers) and time.monotonic() < deadline:
             time.sleep(0.1)
         for pid in trackers:
-            if _running(pid, survivors[pid]):
+            if running(pid, survivors[pid]):
                 _signal(pid, signal.SIGKILL)
 
     def remove_containers(self) -> None:

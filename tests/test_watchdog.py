@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from agentrl._watchdog import running, start_time
+
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the watchdog reads /proc")
 
 DEADLINE_S = 15.0
@@ -63,23 +65,13 @@ if __name__ == "__main__":
 """
 
 
-def _start_time(pid: int) -> int | None:
-    """The start time of a running `pid` (None when gone or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in (b"Z", b"X") else int(fields[19])
-
-
 def _wait_gone(procs: dict[int, int | None], timeout: float) -> dict[int, int | None]:
     """Wait until none of `procs` (pid -> start time) runs; return those still running."""
     end = time.monotonic() + timeout
     while True:
-        running = {p: s for p, s in procs.items() if s is not None and _start_time(p) == s}
-        if not running or time.monotonic() > end:
-            return running
+        left = {p: s for p, s in procs.items() if s is not None and running(p, s)}
+        if not left or time.monotonic() > end:
+            return left
         time.sleep(0.1)
 
 
@@ -96,7 +88,7 @@ def _start_owner(how: str) -> tuple[subprocess.Popen[str], dict[int, int | None]
     line = owner.stdout.readline()
     assert line, owner.communicate(timeout=30)[1]
     info = json.loads(line)
-    started = {pid: _start_time(pid) for pid in info["pids"]}
+    started = {pid: start_time(pid) for pid in info["pids"]}
     assert all(started.values()), started
     return owner, started, info["watchdog"]
 
@@ -114,9 +106,9 @@ def test_everything_a_process_started_ends_with_it(how: str) -> None:
         owner.wait(timeout=30)
         if how == "kill9-now":  # forked right before the kill -9
             last = json.loads(owner.stdout.readline())["last"]
-            children[last] = _start_time(last)
+            children[last] = start_time(last)
         ended = time.monotonic()
-        left = _wait_gone({**children, watchdog: _start_time(watchdog)}, DEADLINE_S)
+        left = _wait_gone({**children, watchdog: start_time(watchdog)}, DEADLINE_S)
         seconds = time.monotonic() - ended
         print(f"{how}: {len(children)} processes and the watchdog gone {seconds:.1f} s after")
         assert not left, f"still running {DEADLINE_S:.0f} s after the owner ended: {left}"

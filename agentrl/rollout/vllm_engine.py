@@ -14,7 +14,8 @@ safetensors file to /dev/shm, each vLLM worker runs its model runner's
 `VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the function), and the file is deleted.
 
 Scripts that create a VLLMEngine need an `if __name__ == "__main__":` guard (vLLM starts its
-engine core in a child process).
+engine core in a child process). The engine core and its workers end with this process however
+it ends, a kill -9 included (see `agentrl._watchdog`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from agentrl._watchdog import watch
 from agentrl.rollout.engine import Completion, GenerationRequest, SamplingParams
 
 T = TypeVar("T")
@@ -78,6 +80,9 @@ class VLLMEngine:
         otherwise reserve several GiB; on GPU `gpu_memory_utilization` decides).
         `engine_kwargs` go to `AsyncEngineArgs` unchanged.
         """
+        # vLLM's engine core and workers are processes of their own that do not notice when
+        # this one dies: the watchdog ends them then, a kill -9 included.
+        watch()
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc with a function
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -1,0 +1,107 @@
+"""vLLM's engine core and workers end with the process that started them, however it ends
+(issue 45: after a kill -9 they ran on as orphans for minutes, with 2.6 GB RSS).
+
+One test starts three engines at once (vLLM starts in 20-100 s on a shared CPU machine) and
+ends their owners three ways: a normal exit, SIGTERM and kill -9.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrl._watchdog import descendants, running
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytest.importorskip("vllm")
+
+DEADLINE_S = 15.0
+
+_OWNER = """
+import sys
+if __name__ == "__main__":
+    from agentrl.rollout.vllm_engine import VLLMEngine
+    engine = VLLMEngine(sys.argv[1], dtype="float32", max_model_len=256, max_num_seqs=2)
+    print("ready", flush=True)
+    sys.stdin.readline()  # then exit without closing the engine
+"""
+
+
+def _processes(owner: int) -> dict[int, tuple[int, str]]:
+    """The owner's descendants: pid -> (start time, name)."""
+    found = {}
+    for pid, start in descendants([owner]).items():
+        try:
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        found[pid] = (start, name)
+    return found
+
+
+def test_engine_processes_end_with_their_owner(tiny_model_path: Path) -> None:
+    ways = ("exit", "SIGTERM", "SIGKILL")
+    owners = {
+        how: subprocess.Popen(
+            [sys.executable, "-c", _OWNER, str(tiny_model_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "ERROR"},
+        )
+        for how in ways
+    }
+    try:
+        for how, owner in owners.items():
+            assert owner.stdout is not None
+            line = "-"
+            while line and line != "ready\n":  # vLLM logs to stdout too
+                line = owner.stdout.readline()
+            assert line == "ready\n", f"{how}: the engine did not start"
+        children = {how: _processes(owner.pid) for how, owner in owners.items()}
+        for how, procs in children.items():
+            names = {name for _, name in procs.values()}
+            assert {"VLLM::EngineCore", "VLLM::Worker"} <= names, (how, names)
+        for how, owner in owners.items():
+            if how == "exit":
+                assert owner.stdin is not None
+                owner.stdin.write("\n")
+                owner.stdin.flush()
+            else:
+                owner.send_signal(getattr(signal, how))
+        ended: dict[str, float] = {}  # when each owner ended
+        gone: dict[str, dict[str, float]] = {how: {} for how in owners}  # seconds after
+        give_up = time.monotonic() + 120
+        while time.monotonic() < give_up:
+            now = time.monotonic()
+            for how, owner in owners.items():
+                if how not in ended and owner.poll() is not None:
+                    ended[how] = now
+            for how in ended:
+                for pid, (start, name) in children[how].items():
+                    key = f"{name.rsplit('/', 1)[-1]} {pid}"
+                    if key not in gone[how] and not running(pid, start):
+                        gone[how][key] = round(now - ended[how], 1)
+            if len(ended) == len(owners) and (
+                all(len(gone[how]) == len(children[how]) for how in owners)
+                or now > max(ended.values()) + DEADLINE_S
+            ):
+                break
+            time.sleep(0.05)
+        assert len(ended) == len(owners), f"owners still running: {set(owners) - set(ended)}"
+        for how, procs in children.items():
+            print(f"{how}: seconds from the owner's end to each process's: {gone[how]}")
+            late = {key: s for key, s in gone[how].items() if s > DEADLINE_S}
+            assert len(gone[how]) == len(procs) and not late, (how, gone[how])
+    finally:
+        for owner in owners.values():
+            if owner.poll() is None:
+                owner.kill()
+                owner.wait()
