@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 OWNER_ENV = "AGENTRL_OWNER"
 """Set in the owner's environment: every process it starts afterwards carries the mark."""
@@ -343,14 +344,14 @@ class _Watchdog:
 
             import docker
 
-            client = docker.from_env(timeout=30)
-            containers = [
-                c
-                for label in sorted(self.labels)
-                for c in client.containers.list(all=True, filters={"label": label})
-            ]
+            api = docker.from_env(timeout=30).api
+            ids = {
+                c["Id"]
+                for label in self.labels
+                for c in api.containers(all=True, filters={"label": label})
+            }
             with ThreadPoolExecutor(max_workers=8) as pool:
-                list(pool.map(_remove, containers))
+                list(pool.map(lambda cid: _quietly(api.remove_container, cid, force=True), ids))
         except Exception:
             pass  # the next sandbox's start removes them (agentrl.sandbox.docker.reap_leftovers)
 
@@ -362,9 +363,9 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _remove(container: object) -> None:
+def _quietly(fn: Any, *args: Any, **kwargs: Any) -> None:
     try:
-        container.remove(force=True)  # type: ignore[attr-defined]
+        fn(*args, **kwargs)
     except Exception:
         pass
 

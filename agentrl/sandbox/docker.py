@@ -108,16 +108,24 @@ def reap_leftovers(client: Any, *, everything: bool = False) -> int:
     """
     host = socket.gethostname()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        owner_host, _, pid = container.labels.get(OWNER_LABEL, ":").partition(":")
+    for container in _labelled(client, f"{LABEL}=1"):
+        labels = container.get("Labels") or {}
+        owner_host, _, pid = labels.get(OWNER_LABEL, ":").partition(":")
         stale = owner_host == host and pid.isdigit() and not _pid_alive(int(pid))
         if everything or stale:
             try:
-                container.remove(force=True)
+                client.api.remove_container(container["Id"], force=True)
                 removed += 1
             except Exception:
                 pass
     return removed
+
+
+def _labelled(client: Any, label: str) -> list[dict[str, Any]]:
+    """The containers (running or not) labelled `label`, as the daemon lists them: a dict
+    each, with `Id` and `Labels` (unlike `containers.list`, which fails on one removed while
+    it inspects them)."""
+    return client.api.containers(all=True, filters={"label": label})
 
 
 class _Worker:
@@ -422,10 +430,8 @@ class DockerSandbox(Sandbox):
             for worker in workers:
                 worker.destroy()
         try:  # a container whose creation an interrupt cut off is known by its label only
-            for container in self.client.containers.list(
-                all=True, filters={"label": f"{POOL_LABEL}={self._pool_id}"}
-            ):
-                container.remove(force=True)
+            for container in _labelled(self.client, f"{POOL_LABEL}={self._pool_id}"):
+                self.client.api.remove_container(container["Id"], force=True)
         except Exception:
             pass
 
