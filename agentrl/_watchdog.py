@@ -12,14 +12,16 @@ in its environment; a process the owner forks inherits the write end of the watc
 and reports its pid through it at once. Once the owner has exited, the watchdog
 
 1. removes the Docker containers the owner named with `watch_containers`,
-2. sends SIGTERM to every recorded process still running, every marked process, every process
-   holding the pipe (a fork too recent to have reported itself), and all their descendants,
+2. finds what is left: every recorded process still running, every marked process, every
+   process holding the pipe (a fork too recent to have reported itself), and all below them;
+   it sends SIGTERM to those whose parent is not among them, and to any whose parent ends
+   meanwhile, so that a process can end its own children in order,
 3. sends SIGKILL to those left after `TERM_GRACE_S` (multiprocessing's resource trackers get
    `TRACKER_GRACE_S` more to unlink the shared memory they track, then SIGKILL too),
 
-and exits. So vLLM's engine core and workers, env worker pools, a private Ray instance and
-sandbox containers end within about 10 s of their owner. Other watchdogs are spared: a nested
-owner's watchdog cleans up after its own owner.
+and exits. So vLLM's engine core and workers (quietly, in about 7 s), env worker pools, a
+private Ray instance and sandbox containers end within about 10 s of their owner. Other
+watchdogs are spared: a nested owner's watchdog cleans up after its own owner.
 
 Linux only (it reads /proc); elsewhere `watch()` does nothing.
 """
@@ -40,7 +42,7 @@ WATCHDOG_ENV = "AGENTRL_WATCHDOG"
 """Set in each watchdog's environment, so that no watchdog ends another."""
 SCAN_S = 0.5
 """Seconds between two records of the owner's descendants."""
-TERM_GRACE_S = 3.0
+TERM_GRACE_S = 8.0
 """Seconds from SIGTERM to SIGKILL for the processes left behind."""
 TRACKER_GRACE_S = 2.0
 """Seconds more for multiprocessing's resource trackers, which unlink shared memory on exit."""
@@ -311,18 +313,21 @@ class _Watchdog:
         }
 
     def end_processes(self) -> None:
-        """SIGTERM to what the owner left behind, SIGKILL to what is left after a while."""
+        """SIGTERM to each process left behind whose parent is gone, so that it can end its own
+        children in order (vLLM's engine core its workers, quietly, in about 7 s), and to each
+        process whose parent ends meanwhile; SIGKILL to what is left after `TERM_GRACE_S`."""
         found = self.left_behind()  # one scan of every process; then only their descendants
-        for pid in found:
-            _signal(pid, signal.SIGTERM)
+        signalled: set[int] = set()
         deadline = time.monotonic() + TERM_GRACE_S
         while found and time.monotonic() < deadline:
-            time.sleep(0.1)
-            for pid, start in self.below(found).items():
-                if pid not in found:  # started meanwhile
-                    found[pid] = start
+            for pid, start in found.items():
+                stat = _stat(pid)
+                orphan = stat is not None and stat[1] not in found
+                if pid not in signalled and orphan and running(pid, start):
+                    signalled.add(pid)
                     _signal(pid, signal.SIGTERM)
-            found = {pid: start for pid, start in found.items() if running(pid, start)}
+            time.sleep(0.1)
+            found = self.below({pid: s for pid, s in found.items() if running(pid, s)})
         if not found:
             return
         survivors = self.below({**found, **self.left_behind()})

@@ -1,6 +1,7 @@
 """The watchdog (`agentrl._watchdog`): however a process ends, what it started ends within
 15 s: forked and spawned children, grandchildren, a child in its own session, one that ignores
-SIGTERM, one forked just before the end. Unrelated processes live on."""
+SIGTERM (ended with SIGKILL after 8 s), one forked just before the end. Unrelated processes
+live on."""
 
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ if __name__ == "__main__":
     forked.start()
     spawned.start()
     own_session = subprocess.Popen(["sleep", "600"], start_new_session=True)
-    stubborn = subprocess.Popen(
+    ignore = "signal.SIG_IGN" if sys.argv[1] == "SIGKILL" else "signal.SIG_DFL"
+    stubborn = subprocess.Popen(  # with SIGKILL: one that ignores SIGTERM
         [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
-         "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+         f"{ignore}); print('ready', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE,
     )
     stubborn.stdout.readline()
