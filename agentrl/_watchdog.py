@@ -19,9 +19,10 @@ and reports its pid through it at once. Once the owner has exited, the watchdog
 3. sends SIGKILL to those left after `TERM_GRACE_S` (multiprocessing's resource trackers get
    `TRACKER_GRACE_S` more to unlink the shared memory they track, then SIGKILL too),
 
-and exits. So vLLM's engine core and workers (quietly, in about 7 s), env worker pools, a
-private Ray instance and sandbox containers end within about 10 s of their owner. Other
-watchdogs are spared: a nested owner's watchdog cleans up after its own owner.
+and exits. So vLLM's engine core and workers, env worker pools, a private Ray instance and
+sandbox containers end within about 5 s of their owner (vLLM's own orderly shutdown takes 8 s
+or more when its owner is gone, so it is cut short). Other watchdogs are spared: a nested
+owner's watchdog cleans up after its own owner.
 
 Linux only (it reads /proc); elsewhere `watch()` does nothing.
 """
@@ -42,7 +43,7 @@ WATCHDOG_ENV = "AGENTRL_WATCHDOG"
 """Set in each watchdog's environment, so that no watchdog ends another."""
 SCAN_S = 0.5
 """Seconds between two records of the owner's descendants."""
-TERM_GRACE_S = 8.0
+TERM_GRACE_S = 3.0
 """Seconds from SIGTERM to SIGKILL for the processes left behind."""
 TRACKER_GRACE_S = 2.0
 """Seconds more for multiprocessing's resource trackers, which unlink shared memory on exit."""
@@ -314,8 +315,8 @@ class _Watchdog:
 
     def end_processes(self) -> None:
         """SIGTERM to each process left behind whose parent is gone, so that it can end its own
-        children in order (vLLM's engine core its workers, quietly, in about 7 s), and to each
-        process whose parent ends meanwhile; SIGKILL to what is left after `TERM_GRACE_S`."""
+        children in order (Ray's raylet its workers), and to each process whose parent ends
+        meanwhile; SIGKILL to what is left after `TERM_GRACE_S`."""
         found = self.left_behind()  # one scan of every process; then only their descendants
         signalled: set[int] = set()
         deadline = time.monotonic() + TERM_GRACE_S
