@@ -52,12 +52,12 @@ TRACKER_GRACE_S = 2.0
 class _Link:
     """The owner's end: the watchdog's pid and the pipe it reads messages from."""
 
-    def __init__(self, owner: int, pid: int, write_fd: int, token: str) -> None:
+    def __init__(self, owner: int, pid: int, write_fd: int) -> None:
         self.owner = owner
         self.pid = pid
         self.write_fd = write_fd
-        self.token = token
         self.labels: set[str] = set()
+        """The container labels already sent."""
 
 
 _link: _Link | None = None
@@ -89,14 +89,14 @@ def watch() -> None:
                 ],
                 setsid=True,
             )
-        except (OSError, NotImplementedError):  # a safety net only: run without it
+        except Exception:  # no watchdog here (a safety net only): run without it
             os.close(write_fd)
             return
         finally:
             os.close(read_fd)
         os.set_blocking(write_fd, False)  # never wait on the watchdog
         os.environ[OWNER_ENV] = token
-        _link = _Link(os.getpid(), pid, write_fd, token)
+        _link = _Link(os.getpid(), pid, write_fd)
         if not _fork_hook_installed:
             os.register_at_fork(after_in_child=_report_fork)
             _fork_hook_installed = True
