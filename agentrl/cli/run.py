@@ -35,7 +35,7 @@ def _headline(metrics: dict[str, float]) -> tuple[str, str]:
     >>> _headline({"reward/mean": 1.5, "success_rate": 0.25})
     ('1.500', '0.25')
     >>> _headline({"search/solved_frac": 0.9, "search/greedy_solved_frac": 0.5})
-    ('-', '0.50 (policy, greedy; search 0.90)')
+    ('-', '0.50 (policy; search 0.90)')
     >>> _headline({"search/solved_frac": 0.9})
     ('-', '- (search 0.90)')
     """
@@ -43,7 +43,7 @@ def _headline(metrics: dict[str, float]) -> tuple[str, str]:
         search = f"search {metrics['search/solved_frac']:.2f}"
         if "search/greedy_solved_frac" not in metrics:
             return "-", f"- ({search})"
-        return "-", f"{metrics['search/greedy_solved_frac']:.2f} (policy, greedy; {search})"
+        return "-", f"{metrics['search/greedy_solved_frac']:.2f} (policy; {search})"
     return (
         f"{metrics.get('reward/mean', float('nan')):.3f}",
         f"{metrics.get('success_rate', float('nan')):.2f}",
