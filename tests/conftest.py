@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -11,6 +12,13 @@ from types import ModuleType
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A test run started in the background by a shell (`cmd &` without job control) inherits
+# SIGINT ignored, and so would every process a test starts. The tests that press Ctrl-C on a
+# child need what a terminal's foreground job has: SIGINT at its default (a handler here is
+# reset to the default in children).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require_part(part: str, why: str | None, switch: str) -> None:
