@@ -122,10 +122,11 @@ class TextOrMessages(spaces.Space[Any]):
         )
 
     def sample(self, mask: Any = None, probability: Any = None) -> str | list[dict[str, str]]:
-        """A random str, or a list of one to three random messages."""
-        if mask is not None or probability is not None:
-            raise NotImplementedError("TextOrMessages.sample takes no mask or probability")
+        """A random str, or a list of one to three random messages. A `mask` or `probability`
+        constrains the text as for `AnyText`, and the sample is then a str."""
         self.text.seed(int(self.np_random.integers(2**31)))
+        if mask is not None or probability is not None:
+            return self.text.sample(mask=mask, probability=probability)
         if self.np_random.random() < 0.5:
             return self.text.sample()
         num = int(self.np_random.integers(1, 4))

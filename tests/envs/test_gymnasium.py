@@ -101,5 +101,7 @@ def test_text_or_messages() -> None:
     assert [{"role": "tool", "content": "4", "extra": 1}] not in space and 4 not in space
     space.seed(0)
     assert all(space.sample() in space for _ in range(50))
+    masked = space.sample(mask=(3, None))  # a mask constrains the text: a str of 3 characters
+    assert isinstance(masked, str) and len(masked) == 3 and masked in space
     assert make("tool-calc").observation_space == space
     assert make("math-arithmetic").observation_space == AnyText()
