@@ -1,5 +1,5 @@
-"""What `agentrl train` says before and while it works: the run's plan on the first screen,
-and each phase's remaining time once its first steps have been timed."""
+"""What `agentrl train` says before and while it works: the run's plan and estimated time on
+the first screen, and each phase's remaining time once its first steps have been timed."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def turn_limit(cfg: Any) -> tuple[int | None, str]:
 
 def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
     """The first screen of a run: its phases and their sizes, where it writes, how to stop
-    and resume. Each phase's time follows once its first steps are timed (`PhaseClock`)."""
+    and resume. Its time follows (`time_lines`, once the torch threads are chosen)."""
     ws = cfg.warm_start
     turns, origin = turn_limit(cfg)
     phases: list[str] = []
@@ -70,11 +70,80 @@ def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
     lines += [f"  {i}. {p}" for i, p in enumerate(phases, 1)]
     turns_text = turns if turns is not None else "the env's own"
     lines.append(f"turns per episode: {turns_text} ({origin})")
-    lines.append("time: each phase's remaining time is logged once its first steps are timed")
     if resume:
         lines.append(f"resuming {run_dir}: finished phases are not run again")
     lines.append(f"stop: Ctrl-C or SIGTERM; continue with: agentrl train --resume {run_dir}")
     return lines
+
+
+def time_lines(cfg: Any, *, resume: bool, measure: Callable[[Any], Any] | None = None) -> list[str]:
+    """The run's estimated time, for its first screen.
+
+    A new run with a warm start times its first 64 expert episodes and one SFT step on this
+    machine (a few seconds; `measure_sft_pace`) and scales them to its sizes. RL's time then
+    comes from the env recipe's measured pace (an RL step in SFT steps, `rl_pace`) when the
+    run trains RL as the recipe does. Otherwise RL's time, like a resumed run's, is logged
+    once its first steps are timed (`PhaseClock`).
+    """
+    steps = cfg.trainer.num_steps
+    rl_steps = f"RL ({steps} step{'s' if steps != 1 else ''}) is timed once it starts"
+    if resume:
+        return ["time: each phase is timed once it starts"]
+    if cfg.warm_start.expert is None:
+        return [f"time: {rl_steps}"]
+    if measure is None:
+        from agentrl.cli.warm_start import sft_config
+        from agentrl.sft.train import measure_sft_pace
+
+        def measure(c: Any) -> Any:
+            return measure_sft_pace(sft_config(c))
+
+    pace = measure(cfg)
+    parts = [f"expert episodes {_duration(pace.expert_s)}", f"warm start {_duration(pace.sft_s)}"]
+    how = f"measured in {pace.measured_s:.0f} s on this machine"
+    ratio = rl_pace(cfg)
+    if ratio is None:
+        total = _duration(pace.expert_s + pace.sft_s)
+        return [f"time: about {total} before RL ({', '.join(parts)}), {how}; {rl_steps}"]
+    rl_s = steps * ratio * pace.s_per_step
+    total = _duration(pace.expert_s + pace.sft_s + rl_s)
+    parts.append(f"RL {_duration(rl_s)}")
+    return [
+        f"time: about {total} in all ({', '.join(parts)}), {how}; RL at the recipe's pace "
+        f"(a step takes as long as {ratio:g} SFT steps)"
+    ]
+
+
+def rl_pace(cfg: Any) -> float | None:
+    """How many warm-start SFT steps one RL step takes, as measured for the env's recipe (its
+    defaults' `rl_pace`), when `cfg` warm-starts and trains RL as the recipe does; else None.
+
+    >>> from agentrl.cli.train import resolve_train_config
+    >>> def cfg(*sets):
+    ...     return resolve_train_config(
+    ...         config_file=None, overrides=list(sets), preset=None, flags={"env.name": "sokoban"}
+    ...     )
+    >>> rl_pace(cfg("trainer.num_steps=10")) is not None, rl_pace(cfg("trainer.num_groups=64"))
+    (True, None)
+    """
+    from agentrl.cli.train import env_rl_pace, resolve_train_config
+
+    ratio = env_rl_pace(cfg.env.name)
+    if ratio is None:
+        return None
+    recipe = resolve_train_config(
+        config_file=None, overrides=[], preset=None, flags={"env.name": cfg.env.name}
+    )
+    return ratio if _rl_shape(cfg) == _rl_shape(recipe) else None
+
+
+def _rl_shape(cfg: Any) -> list[Any]:
+    """The settings an RL step's time depends on (the step count and threads left out)."""
+    tree = cfg.model_dump(mode="json")
+    skip = ("num_steps", "num_threads")
+    trainer = {k: v for k, v in tree["trainer"].items() if k not in skip}
+    keys = ("algo", "rollout", "model", "engine", "env")
+    return [tree[k] for k in keys] + [trainer, tree["warm_start"]["batch_size"]]
 
 
 class PhaseClock:
@@ -127,10 +196,12 @@ class PhaseClock:
 
 def _duration(seconds: float) -> str:
     """
-    >>> _duration(45), _duration(600), _duration(4000)
-    ('1 min', '10 min', '1 h 07 min')
+    >>> _duration(0.2), _duration(45), _duration(600), _duration(4000)
+    ('1 s', '45 s', '10 min', '1 h 07 min')
     """
-    minutes = max(1, round(seconds / 60))
+    if seconds < 59.5:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
     if minutes < 60:
         return f"{minutes} min"
     return f"{minutes // 60} h {minutes % 60:02d} min"

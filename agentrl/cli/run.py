@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from agentrl.cli.plan import PhaseClock, plan_lines
+from agentrl.cli.plan import PhaseClock, plan_lines, time_lines
 
 log = logging.getLogger("agentrl.train")
 
@@ -99,6 +99,9 @@ def run_training(
         for line in plan_lines(cfg, Path(run_dir), resume=resume):
             log.info("%s", line)
     set_torch_threads(cfg.trainer.num_threads)  # chosen once a process; logs `threads: N (...)`
+    if trainer_rank() == 0:
+        for line in time_lines(cfg, resume=resume):
+            log.info("%s", line)
     if cfg.warm_start.expert is not None:
         cfg = _with_warm_start(cfg, Path(run_dir))
     if resume and latest_checkpoint(run_dir) is None:  # killed before RL's first checkpoint

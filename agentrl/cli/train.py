@@ -23,7 +23,7 @@ DEFAULTS = Path(__file__).resolve().parents[1] / "train" / "defaults"
 """The CPU config layers under every `agentrl train` (`cpu.yaml`, `cpu-<env>.yaml`)."""
 
 DEFAULT_PRESET = "grpo"
-"""The preset `agentrl train` uses without `--preset` (see notes/issue-4-trainer.md)."""
+"""The preset `agentrl train` uses without `--preset` (and without an env default)."""
 
 
 FLAGS = {
@@ -57,6 +57,7 @@ def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
         return {}, None
     tree = yaml.safe_load(path.read_text()) or {}
     tree.pop("recipe", None)
+    tree.pop("rl_pace", None)
     engine = tree.get("engine") or {}
     if engine.get("name") == "vllm" and importlib.util.find_spec("vllm") is None:
         tree["engine"] = {**engine, "name": "hf"}  # the recipe's engine when it is installed
@@ -71,6 +72,18 @@ def env_recipe(env: str) -> str | None:
     if not path.is_file():
         return None
     return (yaml.safe_load(path.read_text()) or {}).get("recipe")
+
+
+def env_rl_pace(env: str) -> float | None:
+    """How many warm-start SFT steps one RL step of the env's CPU defaults takes (their
+    `rl_pace:` line, measured with the recipe), if they record it."""
+    import yaml
+
+    path = DEFAULTS / f"cpu-{env}.yaml"
+    if not path.is_file():
+        return None
+    pace = (yaml.safe_load(path.read_text()) or {}).get("rl_pace")
+    return None if pace is None else float(pace)
 
 
 def resolve_train_config(

@@ -120,6 +120,86 @@ def expert_settings(cfg: SFTConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.model_dump(mode="json").items() if k in keys}
 
 
+def _expert_episodes(cfg: SFTConfig, tokenizer: Any, num_episodes: int) -> Iterator[Trajectory]:
+    """The first `num_episodes` of the run's expert episodes, played as they are consumed."""
+    from agentrl.envs import make
+    from agentrl.sft.data import iter_expert_trajectories
+    from agentrl.sft.expert import get_expert
+
+    return iter_expert_trajectories(
+        functools.partial(make, cfg.env.name, **cfg.env.kwargs),
+        tokenizer,
+        range(cfg.first_seed, cfg.first_seed + num_episodes),
+        get_expert(cfg.expert),
+        max_actions_per_turn=cfg.max_actions_per_turn,
+        max_context_tokens=cfg.max_context_tokens,
+        env_name=cfg.env.name,
+        history_turns=cfg.history_turns,
+        noise=cfg.expert_noise,
+        noise_seed=cfg.seed,
+    )
+
+
+@dataclass
+class SFTPace:
+    """A short measurement of an SFT run on this machine (`measure_sft_pace`)."""
+
+    expert_s: float
+    """Estimated seconds to play all the expert episodes."""
+    num_steps: int
+    """Estimated optimizer steps (from the measured rows per episode)."""
+    s_per_step: float
+    """Measured seconds of one step's forward and backward passes (`batch_size` rows)."""
+    measured_s: float
+    """How long the measurement took."""
+
+    @property
+    def sft_s(self) -> float:
+        """Estimated seconds of the fine-tuning itself."""
+        return self.num_steps * self.s_per_step
+
+
+def measure_sft_pace(cfg: SFTConfig, *, num_episodes: int = 64, probe_rows: int = 64) -> SFTPace:
+    """Time the first `num_episodes` expert episodes and one forward and backward pass over
+    `probe_rows` of their rows (after one untimed pass), and scale both to the whole run.
+
+    Nothing is written and the model's weights are not changed. The optimizer's own step is
+    left out: it costs little beside the passes when the batch is large.
+    """
+    from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+
+    start = time.perf_counter()
+    model_path = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(str(model_path))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rows = TokenRows(pad_id, vocab_size=len(tokenizer))
+    played = time.perf_counter()
+    for traj in _expert_episodes(cfg, tokenizer, min(num_episodes, cfg.num_episodes)):
+        rows.add(traj)
+    played = time.perf_counter() - played
+    rows = rows.freeze()
+    model = load_model(str(model_path), dtype="float32")
+    batch = rows.batch(range(min(probe_rows, rows.num_rows)))
+    timings = []
+    for _ in range(2):  # the first pass warms up allocators and kernels
+        t0 = time.perf_counter()
+        for micro in micro_batches(batch, cfg.micro_batch_tokens):
+            nll, _ = masked_nll(model, micro)
+            (nll / max(batch.num_loss_tokens, 1)).backward()
+        model.zero_grad(set_to_none=True)
+        timings.append(time.perf_counter() - t0)
+    per_episode = played / max(rows.num_trajectories, 1)
+    rows_per_episode = rows.num_rows / max(rows.num_trajectories, 1)
+    total_rows = rows_per_episode * cfg.num_episodes
+    num_mini = max(1, min(int(total_rows) // cfg.batch_size, int(total_rows)))
+    return SFTPace(
+        expert_s=per_episode * cfg.num_episodes,
+        num_steps=cfg.num_epochs * num_mini,
+        s_per_step=timings[-1] * min(cfg.batch_size, total_rows) / max(batch.num_rows, 1),
+        measured_s=time.perf_counter() - start,
+    )
+
+
 def expert_rows(
     cfg: SFTConfig,
     out_dir: Path,
@@ -135,10 +215,7 @@ def expert_rows(
     """
     import pyarrow.parquet as pq
 
-    from agentrl.envs import make
-    from agentrl.sft.data import iter_expert_trajectories
     from agentrl.sft.dataset import rows_from_table_batch
-    from agentrl.sft.expert import get_expert
     from agentrl.trajectory.io import read_metadata, write_parquet_chunks
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -156,18 +233,7 @@ def expert_rows(
                 on_episode(rows.num_trajectories, total)
         return rows.freeze(), solved / max(rows.num_trajectories, 1)
 
-    episodes = iter_expert_trajectories(
-        functools.partial(make, cfg.env.name, **cfg.env.kwargs),
-        tokenizer,
-        range(cfg.first_seed, cfg.first_seed + cfg.num_episodes),
-        get_expert(cfg.expert),
-        max_actions_per_turn=cfg.max_actions_per_turn,
-        max_context_tokens=cfg.max_context_tokens,
-        env_name=cfg.env.name,
-        history_turns=cfg.history_turns,
-        noise=cfg.expert_noise,
-        noise_seed=cfg.seed,
-    )
+    episodes = _expert_episodes(cfg, tokenizer, cfg.num_episodes)
 
     def chunks() -> Iterator[list[Trajectory]]:
         nonlocal solved

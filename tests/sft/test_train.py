@@ -15,7 +15,7 @@ from agentrl.cli import app
 from agentrl.rollout.models import load_model, resolve_model
 from agentrl.runtime.metrics import read_metrics
 from agentrl.sft.config import SFTConfig
-from agentrl.sft.train import RESULT_FILE, TRAJECTORIES_FILE, run_sft
+from agentrl.sft.train import RESULT_FILE, TRAJECTORIES_FILE, measure_sft_pace, run_sft
 from agentrl.trajectory.io import read_trajectories
 
 
@@ -112,3 +112,21 @@ def test_sft_cli_config_file_values_hold_unless_a_flag_is_given(tmp_path: Path) 
     result = runner.invoke(app, ["sft", "-c", str(config), "--episodes", "3", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads((out / RESULT_FILE).read_text())["num_trajectories"] == 3
+
+
+def test_a_short_measurement_predicts_the_steps_of_the_whole_sft(tmp_path: Path) -> None:
+    cfg = SFTConfig(
+        model="tiny",
+        num_episodes=128,
+        num_epochs=1,
+        batch_size=8,
+        history_turns=0,
+        max_actions_per_turn=1,
+    )
+    pace = measure_sft_pace(cfg, num_episodes=32, probe_rows=8)
+    result = run_sft(cfg, tmp_path / "sft")
+    # the first 32 rooms' turns per episode stand for all 128
+    assert abs(pace.num_steps - result.num_optimizer_steps) <= 0.2 * result.num_optimizer_steps
+    assert pace.s_per_step > 0 and pace.expert_s > 0
+    assert pace.sft_s == pytest.approx(pace.num_steps * pace.s_per_step)
+    assert pace.measured_s < result.wall_s

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentrl.cli.plan import PhaseClock, plan_lines, turn_limit
+from agentrl.cli.plan import PhaseClock, plan_lines, time_lines, turn_limit
 from agentrl.cli.train import resolve_train_config
 
 HERE = Path(__file__).resolve().parent
@@ -80,3 +80,56 @@ def test_sigterm_prints_the_resume_hint(tmp_path) -> None:
     assert proc.returncode == 128 + signal.SIGTERM
     assert f"stopped (SIGTERM); resume with: agentrl train --resume {run_dir}" in err
     assert "plan (1 phase):" in err
+
+
+def _pace(**kw):
+    from agentrl.sft.train import SFTPace
+
+    return SFTPace(**({"expert_s": 180.0, "num_steps": 4000, "s_per_step": 0.75} | kw))
+
+
+def test_the_first_screen_estimates_the_total_from_a_short_measurement() -> None:
+    from agentrl.cli.train import env_rl_pace
+
+    cfg = _cfg("sokoban")
+    measured = []
+    lines = time_lines(
+        cfg, resume=False, measure=lambda c: measured.append(c) or _pace(measured_s=6.0)
+    )
+    assert measured == [cfg]
+    ratio = env_rl_pace("sokoban")
+    assert ratio is not None and 5 < ratio < 100
+    rl_min = round(72 * ratio * 0.75 / 60)
+    total = 3 + 50 + rl_min
+    assert lines == [
+        f"time: about {total // 60} h {total % 60:02d} min in all (expert episodes 3 min, "
+        f"warm start 50 min, RL {rl_min} min), measured in 6 s on this machine; RL at the "
+        f"recipe's pace (a step takes as long as {ratio:g} SFT steps)"
+    ]
+
+
+def test_without_the_recipes_rl_the_estimate_stops_before_rl() -> None:
+    # 8 times the rooms a step: the recipe's pace no longer holds, so RL is timed as it runs
+    cfg = _cfg("sokoban", "trainer.num_groups=8192")
+    lines = time_lines(cfg, resume=False, measure=lambda c: _pace(measured_s=6.0))
+    assert lines == [
+        "time: about 53 min before RL (expert episodes 3 min, warm start 50 min), measured in "
+        "6 s on this machine; RL (72 steps) is timed once it starts"
+    ]
+
+
+def test_runs_without_a_warm_start_or_resumed_time_their_first_steps() -> None:
+    def never(c):
+        raise AssertionError("nothing to measure ahead")
+
+    cfg = _cfg("guess-number")
+    assert time_lines(cfg, resume=False, measure=never) == [
+        f"time: RL ({cfg.trainer.num_steps} steps) is timed once it starts"
+    ]
+    one = _cfg("guess-number", "trainer.num_steps=1")
+    assert time_lines(one, resume=False, measure=never) == [
+        "time: RL (1 step) is timed once it starts"
+    ]
+    assert time_lines(_cfg("sokoban"), resume=True, measure=never) == [
+        "time: each phase is timed once it starts"
+    ]
