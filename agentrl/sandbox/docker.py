@@ -270,6 +270,8 @@ class DockerSandbox(Sandbox):
         self._pool_id = os.urandom(8).hex()
         """Labels this sandbox's containers, so `close()` finds one whose creation was cut off."""
         self.num_replaced = 0
+        self._missing = 0
+        """Containers the pool lacks: replacements that failed (the daemon was away)."""
         _track(self)
         try:
             list(self._spawner.map(lambda _: self._add_worker(), range(self.config.pool_size)))
@@ -304,6 +306,8 @@ class DockerSandbox(Sandbox):
                     return
                 except Exception:
                     time.sleep(0.5 * (attempt + 1))
+            with self._lock:  # refilled by `_take` once the daemon answers again
+                self._missing += 1
 
         try:
             self._spawner.submit(replace)
@@ -311,11 +315,49 @@ class DockerSandbox(Sandbox):
             replace()
 
     def _take(self) -> _Worker:
+        """An idle container. While none is free, containers the pool lost are replaced once
+        the daemon answers; while it does not, this fails at once instead of waiting."""
         wait = self.config.start_timeout * 2
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self._idle.get(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))
+            except queue.Empty:
+                pass
+            self._refill()
+            if time.monotonic() >= deadline:
+                raise SandboxError(f"no sandbox container became free within {wait:.0f} s")
+
+    def _refill(self) -> None:
+        """Start the containers the pool lost (`_missing`), after removing what is left of
+        them; `SandboxError` when the Docker daemon does not answer."""
+        with self._lock:
+            missing, self._missing = self._missing, 0
+        if not missing:
+            return
         try:
-            return self._idle.get(timeout=wait)
-        except queue.Empty:
-            raise SandboxError(f"no sandbox container became free within {wait:.0f} s") from None
+            self.client.ping()
+            with self._lock:
+                live = {w.container.id for w in self._workers if w.container is not None}
+            for container in _labelled(self.client, f"{POOL_LABEL}={self._pool_id}"):
+                if container["Id"] not in live:  # stopped by the daemon's restart
+                    self.client.api.remove_container(container["Id"], force=True)
+        except Exception as e:
+            with self._lock:
+                self._missing += missing
+            raise SandboxError(f"the Docker daemon does not answer ({e})") from None
+        for _ in range(missing):
+            try:
+                self._spawner.submit(self._refill_one)
+            except RuntimeError:  # closing
+                return
+
+    def _refill_one(self) -> None:
+        try:
+            self._add_worker()
+        except Exception:
+            with self._lock:
+                self._missing += 1
 
     # -- running ----------------------------------------------------------------------
     def run(

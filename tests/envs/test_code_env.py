@@ -142,3 +142,27 @@ def test_code_env_in_docker_passes_check_env(require_docker: None) -> None:
     env.reset(seed=0, options={"problem_id": "coin-change"})
     _, reward, _, _, info = env.step(answer(SOLUTIONS["coin-change"]))
     assert info["success"] and reward == 1.0
+
+
+class _BrokenSandbox:
+    """A sandbox whose container died under every program."""
+
+    def run(self, code, **kwargs):
+        from agentrl.sandbox import ExecResult
+
+        return ExecResult("", "", -1, sandbox_error="container failed: ConnectionError()")
+
+
+def test_a_failed_sandbox_is_an_env_error_not_a_wrong_answer() -> None:
+    from agentrl.envs.tool.env import PythonToolEnv
+    from agentrl.sandbox import SandboxError
+
+    env = CodeEnv(sandbox=_BrokenSandbox())
+    env.reset(seed=0)
+    with pytest.raises(SandboxError, match="the sandbox failed while testing the code"):
+        env.step(answer(SOLUTIONS["reverse-words"]))
+    tool = PythonToolEnv(sandbox=_BrokenSandbox())
+    tool.reset(seed=0)
+    call = '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>'
+    with pytest.raises(SandboxError, match="the python tool's sandbox failed"):
+        tool.step(call)

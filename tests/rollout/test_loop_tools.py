@@ -217,3 +217,58 @@ def test_rollout_cli_tool_calc_with_the_tiny_model(tmp_path) -> None:
         assert traj.status in ("ok", "truncated") and traj.num_turns >= 1
         prompt = tok.decode(traj.samples[0].token_ids)
         assert tools_block(make("tool-calc").tools) in prompt
+
+
+def sleepy_python_policy(prompt: str, turn: int) -> str:
+    """Turn 0: a python call that takes 3 s; then answer with what it printed."""
+    if turn == 0:
+        return tool_call("python", code="import time; time.sleep(3); print(6 * 7)")
+    return f"<answer>{[a or b for a, b in _RESULT_RE.findall(prompt)][-1]}</answer>"
+
+
+@pytest.mark.docker
+def test_a_container_killed_mid_call_ends_only_its_episode_as_env_error(
+    require_docker: None,
+) -> None:
+    """`docker kill` of a container while its program runs: that episode is `env_error` (not
+    trainable: out of the loss), the others finish, and the pool serves the next rollout."""
+    import threading
+
+    from agentrl.envs.tool.env import PythonToolEnv
+    from agentrl.sandbox import DockerSandbox
+
+    sandbox = DockerSandbox(pool_size=4, memory_mb=128, work_mb=16, tmp_mb=16)
+    tok = tokenizer("qwen2.5-tools")
+
+    def run(seeds: list[int]) -> Any:
+        return rollout(
+            PolicyEngine(tok, sleepy_python_policy),
+            lambda: PythonToolEnv(max_turns=3, sandbox=sandbox),
+            tok,
+            seeds=seeds,
+            group_size=1,
+            cfg=RolloutConfig(max_context_tokens=8192, num_env_workers=4),
+            env_name="tool-python",
+        )
+
+    victim = sandbox.container_ids()[0]
+    killer = threading.Timer(1.5, lambda: sandbox.client.api.kill(victim))
+    try:
+        killer.start()
+        result = run([0, 1, 2, 3])
+        killer.join()
+        failed = [t for t in result.trajectories if t.status == Status.ENV_ERROR]
+        assert len(failed) == 1, [(t.status, t.error) for t in result.trajectories]
+        assert "sandbox failed" in failed[0].error and not failed[0].status.trainable
+        assert failed[0].num_turns == 1 and failed[0].samples  # its turn is kept, untrained
+        for traj in result.trajectories:
+            if traj is not failed[0]:
+                assert traj.status == Status.OK, traj.error
+                assert traj.turns[0].observation == [{"role": "tool", "content": "stdout:\n42"}]
+        assert result.metrics["rollout/env_error_rate"] == 0.25
+        again = run([4, 5, 6, 7])  # the killed container was replaced
+        assert all(t.status == Status.OK for t in again.trajectories)
+        assert victim not in sandbox.container_ids()
+    finally:
+        killer.cancel()
+        sandbox.close()

@@ -6,9 +6,18 @@ from typing import Any
 
 from agentrl.envs.base import TokenEnv
 from agentrl.envs.code.env import shared_sandbox
-from agentrl.sandbox import SandboxConfig
+from agentrl.sandbox import ExecResult, SandboxConfig, SandboxError
 
 SMALL = SandboxConfig(pool_size=1, memory_mb=128, work_mb=16, tmp_mb=16)
+
+
+def _run(code: str, **kwargs: Any) -> ExecResult:
+    """Run `code` in the shared sandbox; a failure of the sandbox itself raises (the episode
+    ends `env_error`)."""
+    result = shared_sandbox(SMALL).run(code, **kwargs)
+    if result.sandbox_error is not None:
+        raise SandboxError(result.sandbox_error)
+    return result
 
 
 class SandboxTurns(TokenEnv):
@@ -20,15 +29,13 @@ class SandboxTurns(TokenEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         self.turn = 0
-        hello = shared_sandbox(SMALL).run("print('hello')").stdout.strip()
+        hello = _run("print('hello')").stdout.strip()
         return f"The sandbox says {hello}.", {}
 
     def step(self, action: str):
         self.require_reset()
         self.turn += 1
-        result = shared_sandbox(SMALL).run(
-            "import sys; print(sum(c.isalpha() for c in sys.stdin.read()))", stdin=action
-        )
+        result = _run("import sys; print(sum(c.isalpha() for c in sys.stdin.read()))", stdin=action)
         letters = int(result.stdout or 0)
         done = self.turn >= self.max_turns
         reward = min(letters, 20) / 20

@@ -14,7 +14,7 @@ from typing import Any
 
 from agentrl.envs.base import Observation, TokenEnv
 from agentrl.envs.code.problems import Problem, load_problems
-from agentrl.sandbox import Sandbox, SandboxConfig, make_sandbox
+from agentrl.sandbox import Sandbox, SandboxConfig, SandboxError, make_sandbox
 
 _BLOCK_RE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -58,7 +58,8 @@ def run_tests(
     Returns the per-test error (None = passed) and, when the run did not finish (the sandbox
     killed it), a summary of what happened (else ""). Tests that finished before the run broke
     keep their result; the test that was running gets the summary, later ones are marked not
-    run.
+    run. When the sandbox itself fails (its container died), `SandboxError` is raised: the
+    rollout ends that episode `env_error`, out of the loss.
     """
     nonce = "@@agentrl-result-" + secrets.token_hex(16) + "@@"
     reserve = min(0.5, timeout / 4)  # for the harness to start and to report the last test
@@ -73,6 +74,8 @@ def run_tests(
         "max_reply_bytes": max_result_bytes,
     }
     result = sandbox.run(_HARNESS, stdin=json.dumps(spec), timeout=timeout)
+    if result.sandbox_error is not None:  # no verdict on the code: an env_error, not a fail
+        raise SandboxError(f"the sandbox failed while testing the code: {result.sandbox_error}")
     missing = object()
     errors: list[Any] = [missing] * len(problem.tests)
     for line in result.stdout.splitlines():

@@ -21,6 +21,7 @@ from agentrl.envs.spaces import TextOrMessages
 from agentrl.envs.tool.calculator import calculate
 from agentrl.envs.tool.http import ToolError
 from agentrl.envs.tool.tools import Tool, ToolArgumentError, parse_tool_calls, tool
+from agentrl.sandbox.base import SandboxError
 
 MAX_TOOL_OUTPUT_CHARS = 4000
 MAX_CALLS_PER_TURN = 4
@@ -177,7 +178,11 @@ class PythonToolEnv(ToolEnv):
         )
         def run_python(code: str) -> str:
             """Run Python code in a sandbox (no network, 5 s) and return its output."""
-            return self.sandbox.run(code, timeout=self.timeout).summary(MAX_TOOL_OUTPUT_CHARS)
+            result = self.sandbox.run(code, timeout=self.timeout)
+            if result.sandbox_error is not None:  # not the model's doing: the episode ends
+                # `env_error`, out of the loss
+                raise SandboxError(f"the python tool's sandbox failed: {result.sandbox_error}")
+            return result.summary(MAX_TOOL_OUTPUT_CHARS)
 
         return run_python
 
