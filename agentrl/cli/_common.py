@@ -1,5 +1,5 @@
 """What every command shares: failing with a one-line message, or a few lines when an env
-breaks its contract."""
+breaks its contract or needs a Docker daemon that is not there."""
 
 from __future__ import annotations
 
@@ -41,3 +41,25 @@ def env_errors_stop(
             lines.append(f"  then resume with: {resume}")
         typer.echo("\n".join(lines), err=True)
         raise typer.Exit(1) from None
+
+
+def require_services(env: str, kwargs: dict[str, Any] | None = None) -> None:
+    """Stop (exit code 1), before a model loads or anything is written, when `env` runs its
+    tool in a Docker sandbox (its registration `requires` docker) and no daemon answers or
+    the sandbox image is missing; the message says how to start Docker. An env given
+    `sandbox_config: {backend: local}` (bubblewrap) needs no Docker."""
+    from agentrl.envs.registry import UnknownEnvError, spec
+
+    try:
+        requires = spec(env).requires
+    except UnknownEnvError:
+        return
+    sandbox = dict((kwargs or {}).get("sandbox_config") or {})
+    if "docker" not in requires or sandbox.get("backend", "docker") != "docker":
+        return
+    from agentrl.sandbox.config import DEFAULT_IMAGE
+    from agentrl.sandbox.docker import unavailable_reason
+
+    why = unavailable_reason(sandbox.get("image", DEFAULT_IMAGE))
+    if why is not None:
+        fail(f"{env} runs code in a Docker sandbox, and {why}", code=1)

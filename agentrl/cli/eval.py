@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentrl.cli._common import env_errors_stop
+from agentrl.cli._common import env_errors_stop, require_services
 from agentrl.cli._common import fail as _fail
 from agentrl.runtime.model_settings import ModelSettings
 
@@ -200,6 +200,7 @@ def eval_cmd(
         history_turns=settings.history_turns,
         max_context_tokens=settings.max_context_tokens,
     )
+    require_services(settings.env.name, settings.env.kwargs)
     with contextlib.ExitStack() as stack:
         stack.enter_context(env_errors_stop(settings.env.name, settings.env.kwargs))
         try:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentrl.cli._common import env_errors_stop
+from agentrl.cli._common import env_errors_stop, require_services
 
 
 def build_engine(
@@ -93,6 +93,7 @@ def rollout_cmd(
         spec(env)
     except Exception as e:
         raise typer.BadParameter(str(e), param_hint="--env") from None
+    require_services(env)
     cfg = RolloutConfig(
         group_size=group_size,
         max_turns=max_turns,

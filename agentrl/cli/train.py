@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentrl.cli._common import env_errors_stop
+from agentrl.cli._common import env_errors_stop, require_services
 from agentrl.cli._common import fail as _fail
 from agentrl.cli.eval import eval_cmd
 
@@ -289,6 +289,7 @@ def train(
         typer.echo(dump_config(cfg), nl=False)
         return
     _require_known_env(cfg.env.name, _env_origin(env, overrides or [], config, resume))
+    require_services(cfg.env.name, cfg.env.kwargs)
     rank = _join_ranks(cfg)
     run_dir = run_dir or _default_run_dir(cfg)
     if rank is not None:  # torchrun: every rank uses rank 0's run directory

@@ -249,3 +249,34 @@ def test_no_daemon_gives_clear_error(monkeypatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(SandboxUnavailableError, match="dockerd"):
         DockerSandbox(pool_size=1)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--env", "tool-python", "--model", "tiny", "--episodes", "2"],
+        ["rollout", "--env", "code", "--model", "tiny", "--episodes", "1", "--out", "OUT"],
+        ["train", "--env", "tool-python", "--model", "tiny", "--steps", "1", "--run-dir", "OUT"],
+    ],
+)
+def test_without_docker_commands_say_how_to_start_it(monkeypatch, tmp_path, argv) -> None:
+    """Before a model loads or a folder is made, not as an `env_error` per episode."""
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [str(out) if a == "OUT" else a for a in argv])
+    assert result.exit_code == 1, result.output
+    assert "runs code in a Docker sandbox, and no Docker daemon answers" in result.output
+    assert "sudo systemctl start docker" in result.output
+    assert not out.exists()
+
+
+def test_an_env_on_the_local_sandbox_needs_no_docker(monkeypatch) -> None:
+    from agentrl.cli._common import require_services
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    require_services("tool-python", {"sandbox_config": {"backend": "local"}})  # no exit
+    require_services("tool-calc")
