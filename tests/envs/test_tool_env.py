@@ -185,3 +185,18 @@ def test_python_tool_env_in_docker(require_docker: None) -> None:
     assert obs[0]["content"] == "stdout:\n45"
     obs, *_ = env.step(call("python", {"code": "while True: pass"}))
     assert "Timed out" in obs[0]["content"]
+
+
+@pytest.mark.docker
+def test_python_tool_solver_counts_with_the_tool_then_answers(require_docker: None) -> None:
+    """`--expert solver` demonstrations: a python call whose output is the answer."""
+    from agentrl.sft.expert import get_expert
+
+    solver = get_expert("solver")
+    for seed in (0, 1, 2):
+        env = make("tool-python")
+        env.reset(seed=seed)
+        obs, reward, done, _, _ = env.step(solver(env))
+        assert obs == [{"role": "tool", "content": f"stdout:\n{env.expected}"}] and not done
+        obs, reward, done, _, info = env.step(solver(env))
+        assert (reward, done, info["success"]) == (1.0, True, True)

@@ -13,6 +13,7 @@ call format only; it does not need to list the tools.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agentrl.envs.base import Message, Observation, TokenEnv
@@ -190,6 +191,7 @@ class PythonToolEnv(ToolEnv):
         n = int(self.np_random.integers(1000, 50000))
         k = int(self.np_random.integers(3, 10))
         expected = sum(1 for i in range(1, n + 1) if i % k == 0 or str(k) in str(i))
+        self.task = (n, k)
         prompt = (
             f"How many integers from 1 to {n} are divisible by {k} or contain the digit "
             f"{k}? Answer with an integer in <answer>...</answer>."
@@ -197,3 +199,21 @@ class PythonToolEnv(ToolEnv):
         return prompt, expected
 
     score = CalculatorEnv.score
+
+    def expert_answer(self, max_actions: int | None = None) -> str:
+        """The demonstration (`--expert solver`): count with the python tool, then answer
+        with what it printed.
+
+        >>> env = PythonToolEnv(sandbox=object())
+        >>> _ = env.reset(seed=0)
+        >>> print(env.expert_answer())  # doctest: +ELLIPSIS
+        <tool_call>
+        {"name": "python", "arguments": {"code": "print(sum(1 for i in range(1, ... + 1) if i % ... == 0 or '...' in str(i)))"}}
+        </tool_call>
+        """
+        if self.turn == 0:
+            n, k = self.task
+            code = f"print(sum(1 for i in range(1, {n} + 1) if i % {k} == 0 or '{k}' in str(i)))"
+            call = json.dumps({"name": "python", "arguments": {"code": code}})
+            return f"<tool_call>\n{call}\n</tool_call>"
+        return f"<answer>{self.expected}</answer>"
