@@ -79,7 +79,7 @@ def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
 def time_lines(cfg: Any, *, resume: bool, measure: Callable[[Any], Any] | None = None) -> list[str]:
     """The run's estimated time, for its first screen.
 
-    A new run with a warm start times its first 64 expert episodes and one SFT step on this
+    A new run with a warm start times its first 64 expert episodes and an SFT step on this
     machine (a few seconds; `measure_sft_pace`) and scales them to its sizes. RL's time then
     comes from the env recipe's measured pace (an RL step in SFT steps, `rl_pace`) when the
     run trains RL as the recipe does. Otherwise RL's time, like a resumed run's, is logged

@@ -160,8 +160,9 @@ class SFTPace:
 
 
 def measure_sft_pace(cfg: SFTConfig, *, num_episodes: int = 64, probe_rows: int = 64) -> SFTPace:
-    """Time the first `num_episodes` expert episodes and one forward and backward pass over
-    `probe_rows` of their rows (after one untimed pass), and scale both to the whole run.
+    """Time the first `num_episodes` expert episodes and a forward and backward pass over
+    `probe_rows` of their rows (the faster of two, after one untimed pass: a busy moment on
+    a shared machine costs one pass, not the estimate), and scale both to the whole run.
 
     Nothing is written and the model's weights are not changed. The optimizer's own step is
     left out: it costs little beside the passes when the batch is large.
@@ -181,7 +182,7 @@ def measure_sft_pace(cfg: SFTConfig, *, num_episodes: int = 64, probe_rows: int 
     model = load_model(str(model_path), dtype="float32")
     batch = rows.batch(range(min(probe_rows, rows.num_rows)))
     timings = []
-    for _ in range(2):  # the first pass warms up allocators and kernels
+    for _ in range(3):  # the first pass warms up allocators and kernels
         t0 = time.perf_counter()
         for micro in micro_batches(batch, cfg.micro_batch_tokens):
             nll, _ = masked_nll(model, micro)
@@ -195,7 +196,7 @@ def measure_sft_pace(cfg: SFTConfig, *, num_episodes: int = 64, probe_rows: int 
     return SFTPace(
         expert_s=per_episode * cfg.num_episodes,
         num_steps=cfg.num_epochs * num_mini,
-        s_per_step=timings[-1] * min(cfg.batch_size, total_rows) / max(batch.num_rows, 1),
+        s_per_step=min(timings[1:]) * min(cfg.batch_size, total_rows) / max(batch.num_rows, 1),
         measured_s=time.perf_counter() - start,
     )
 
