@@ -1,7 +1,7 @@
 """FSDP2 with 2 CPU ranks (gloo) equals the single-process `LocalBackend` on the same batch.
 
 One torchrun launch (`_dist_worker.py`) runs every check; each test reads one result.
-Tolerances (fp32, measured max abs differences in the note `notes/issue-4-distributed.md`):
+Tolerances (fp32, from the max abs differences measured between the two backends):
 gradients 1e-6 (values up to ~0.5), grad norm 1e-4 relative, weights after one step 2e-5 and
 after two steps 1e-4 (one AdamW update is ~1e-2 per weight).
 """
