@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -69,10 +70,30 @@ def test_read_cpu_budget_from_fakes(tmp_path) -> None:
         affinity=lambda: {0, 1, 2, 3},
         cgroup_root=tmp_path / "cg",
         proc_cgroup=_proc(tmp_path),
+        busy=lambda: 0.25,
         loadavg=lambda: (0.5, 0.4, 0.3),
     )
-    assert (budget.num_affinity, budget.quota, budget.load) == (4, 1.5, 0.5)
+    assert (budget.num_affinity, budget.quota, budget.load) == (4, 1.5, 0.25)
     assert budget.num_usable == 1  # the quota's whole CPUs
+    no_stat = read_cpu_budget(busy=lambda: None, loadavg=lambda: (0.5, 0.4, 0.3))
+    assert no_stat.load == 0.5  # the load average where /proc/stat cannot be read
+
+
+def test_busy_cpus_sees_a_core_kept_busy_now() -> None:
+    """A child process spinning on one core counts as about one busy CPU (the machine's
+    other work adds to it, so only the lower bound is checked)."""
+    import subprocess
+    import sys
+
+    from agentrl.runtime.threads import busy_cpus
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        assert busy_cpus(window=0.5) >= 0.8
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def _budget(affinity=2, quota=None, machine=2, load=None) -> CpuBudget:
@@ -108,7 +129,7 @@ def test_a_requested_count_and_omp_num_threads_win() -> None:
 def test_the_line_says_why_and_how_to_change_it() -> None:
     choice = choose_threads(0, _budget(quota=2.0, load=1.2), omp=None)
     assert choice.line() == (
-        "threads: 1 (2 CPUs usable, cgroup quota 2, load 1.2 leaves 0.8 idle; "
+        "threads: 1 (2 CPUs usable, cgroup quota 2, 1.2 busy leaves 0.8 idle; "
         "set trainer.num_threads to change)"
     )
     assert choose_threads(0, _budget(), omp="2", key="num_threads").line() == (
