@@ -12,7 +12,7 @@ also use, those threads wait on each other: a step of the Sokoban warm start's S
   (sampled from `/proc/stat` over a quarter second; elsewhere the 1-minute load average),
   rounded; never below 1. The load average lags: just after `scripts/install.sh` it still
   counts the finished install as a busy core, and a run started then took 1 thread on an
-  idle 2-core machine (RL steps 38 s against 17 s with 2).
+  2-core machine with nothing else running (its RL steps took 38 s; the shipped run's 17 s).
 
 `trainer.num_threads` (or `num_threads` of `agentrl sft`) above 0, or `OMP_NUM_THREADS` in
 the environment, is taken as it is.
