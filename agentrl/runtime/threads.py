@@ -11,7 +11,7 @@ also use, those threads wait on each other: a step of the Sokoban warm start's S
 - the CPUs the machine has idle: its count less the CPUs its processes keep busy now
   (sampled from `/proc/stat` over a quarter second; elsewhere the 1-minute load average),
   rounded; never below 1. The load average lags: just after `scripts/install.sh` it still
-  counts the finished install as a busy core, and a run started then took 1 thread on an
+  counts the finished install as a busy core, and a run started then took 1 thread on a
   2-core machine with nothing else running (its RL steps took 38 s; the shipped run's 17 s).
 
 `trainer.num_threads` (or `num_threads` of `agentrl sft`) above 0, or `OMP_NUM_THREADS` in
