@@ -127,6 +127,8 @@ def test_grading_from_threads_uses_the_process_pool() -> None:
 
 
 class _FakeResult:
+    sandbox_error = None  # the sandbox itself worked (an `ExecResult` field)
+
     def __init__(self, code: str) -> None:
         self.code = code
 
