@@ -158,17 +158,20 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": f"{here}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.setdefault("OMP_NUM_THREADS", "1")
     started = time.time()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    _, err = proc.communicate()
     ended = time.time()
     if proc.returncode != 0:
-        raise SystemExit(f"the training run failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"the training run failed:\n{err[-3000:]}")
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    host = socket.gethostname() + ":"
-    left = [  # the idle pool and the run have closed: no container of this host may remain
+    owners = {f"{socket.gethostname()}:{pid}" for pid in (proc.pid, os.getpid())}
+    left = [  # the idle pool and the run have closed: none of their containers may remain
         c["Id"][:12]
         for c in connect().api.containers(all=True, filters={"label": "agentrl.sandbox=1"})
-        if (c.get("Labels") or {}).get("agentrl.sandbox.owner", "").startswith(host)
+        if (c.get("Labels") or {}).get("agentrl.sandbox.owner") in owners
     ]
     train_s = sum(m["time/step"] for m in steps)
     rollout_s = sum(m["time/rollout"] for m in steps)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrl._watchdog import OWNER_ENV
+
 pytestmark = pytest.mark.docker
 
 HERE = Path(__file__).parent
@@ -38,6 +40,14 @@ def _dockerd() -> tuple[int, list[str]]:
         if argv and Path(argv[0].decode()).name == "dockerd":
             return int(entry.name), [a.decode() for a in argv if a]
     raise AssertionError("no dockerd process on this machine")
+
+
+def _start_dockerd(argv: list[str]) -> None:
+    """Start `argv` (dockerd) detached from the tests: not their child (`setsid -f` forks it
+    off) and without the owner mark, so the tests' watchdog does not end it with them."""
+    env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
+    with open("/tmp/dockerd.log", "ab") as log:
+        subprocess.run(["setsid", "-f", *argv], stdout=log, stderr=log, env=env, check=True)
 
 
 def _daemon_answers() -> bool:
@@ -98,8 +108,7 @@ def test_train_goes_on_through_a_docker_daemon_restart(
         _wait("dockerd's exit", lambda: not Path(f"/proc/{pid}").exists(), 60)
         down_at = len(_steps(run_dir))
         time.sleep(5)  # steps run while no daemon answers
-        with open("/tmp/dockerd.log", "ab") as log:
-            subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+        _start_dockerd(argv)
         restarted = True
         _wait("the restarted daemon", _daemon_answers, 120)
         _, err = train.communicate(timeout=600)
@@ -108,8 +117,7 @@ def test_train_goes_on_through_a_docker_daemon_restart(
             train.kill()
             train.wait()
         if not restarted:  # never leave the machine without its daemon
-            with open("/tmp/dockerd.log", "ab") as log:
-                subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+            _start_dockerd(argv)
             _wait("the restarted daemon", _daemon_answers, 120)
     assert train.returncode == 0, err[-3000:]
     steps = _steps(run_dir)
