@@ -64,25 +64,26 @@ def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
     return tree, tree.pop("preset", None)
 
 
-def env_recipe(env: str) -> str | None:
-    """The measured result of the env's CPU defaults (their `recipe:` line), if it has one."""
+def _env_defaults_line(env: str, key: str) -> Any:
+    """One top-level line of the env's CPU defaults that is not a config key (`recipe`,
+    `rl_pace`), or None."""
     import yaml
 
     path = DEFAULTS / f"cpu-{env}.yaml"
     if not path.is_file():
         return None
-    return (yaml.safe_load(path.read_text()) or {}).get("recipe")
+    return (yaml.safe_load(path.read_text()) or {}).get(key)
+
+
+def env_recipe(env: str) -> str | None:
+    """The measured result of the env's CPU defaults (their `recipe:` line), if it has one."""
+    return _env_defaults_line(env, "recipe")
 
 
 def env_rl_pace(env: str) -> float | None:
     """How many warm-start SFT steps one RL step of the env's CPU defaults takes (their
     `rl_pace:` line, measured with the recipe), if they record it."""
-    import yaml
-
-    path = DEFAULTS / f"cpu-{env}.yaml"
-    if not path.is_file():
-        return None
-    pace = (yaml.safe_load(path.read_text()) or {}).get("rl_pace")
+    pace = _env_defaults_line(env, "rl_pace")
     return None if pace is None else float(pace)
 
 
