@@ -1,7 +1,8 @@
 """The optional warm start of a run: `agentrl sft` on the env's expert, before RL.
 
 `agentrl train` calls `warm_start` when `warm_start.expert` is set. The fine-tuned model goes
-to `<run>/warm_start` (a Hugging Face folder), and RL starts from it. A run that already
+to `<run>/warm_start` (a Hugging Face folder; with `trainer.lora`, a LoRA adapter), and RL
+starts from it. A run that already
 finished its warm start (a resumed run) reuses the folder instead of training again; one
 killed during it reuses the expert episodes and continues the SFT from its last checkpoint.
 """
@@ -25,7 +26,8 @@ log = logging.getLogger("agentrl.train")
 
 def sft_config(cfg: Any) -> Any:
     """The `SFTConfig` of a run's warm start: its `warm_start` keys as they are, and the run's
-    env, model, seeds, context limit, `history_turns` and threads."""
+    env, model, seeds, context limit, `history_turns`, threads and `trainer.lora` (a LoRA
+    warm start writes an adapter, which RL then trains on)."""
     return SFTConfig(
         **dict(cfg.warm_start),
         env=cfg.env,
@@ -35,6 +37,7 @@ def sft_config(cfg: Any) -> Any:
         eval_seed_offset=cfg.eval.seed_offset,
         seed=cfg.seed,
         num_threads=cfg.trainer.num_threads,
+        lora=cfg.trainer.lora,
     )
 
 

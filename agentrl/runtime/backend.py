@@ -70,18 +70,23 @@ def make_backend(
     gradient_checkpointing: bool = False,
     lora: LoraConfig | None = None,
     base_model: str | None = None,
+    adapter: Path | None = None,
 ) -> Backend:
     """Wrap `model` in the backend `backend` names (`local`, `fsdp2` or `deepspeed`).
 
     `optim` gives AdamW and the schedule (its `lr` is replaced by `lr`, so a critic can train
     at another rate). With `lora` enabled, `model` gets LoRA adapters here, before any backend
     wraps it, and every backend trains only them; `base_model` (the model's name or folder)
-    goes into the adapter's config. `fsdp2` and `deepspeed` are imported only when selected.
+    goes into the adapter's config; the adapters start from the weights of the adapter folder
+    `adapter` when given (they must have `lora`'s shape). `fsdp2` and `deepspeed` are imported
+    only when selected.
     """
     if lora is not None and lora.enabled:
-        from agentrl.runtime.lora import apply_lora
+        from agentrl.runtime.lora import apply_lora, load_start_adapter
 
         model = apply_lora(model, lora, base_model=base_model or "")
+        if adapter is not None:
+            load_start_adapter(model, adapter, lora)
     common: dict[str, Any] = {
         "optim": optim,
         "lr": lr,

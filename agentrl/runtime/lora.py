@@ -13,6 +13,11 @@ An adapter folder is peft's format (`adapter_config.json` + `adapter_model.safet
 its `base_model_name_or_path` is the model name the run was given (an alias, a Hugging Face
 id or an absolute path), so `merge_adapter_dir` finds the base through `resolve_model`;
 `agentrl eval` loads an adapter through `loadable_model`, `agentrl export` merges it.
+
+A run can also start from an adapter folder (`model.name`, e.g. a LoRA warm start): with
+`trainer.lora` enabled the policy is the adapter's base with that adapter, trained on (so the
+run's adapter names the same base); without it, the merged model trains in full
+(`start_folders`, `start_adapter`).
 """
 
 from __future__ import annotations
@@ -78,6 +83,36 @@ def apply_lora(model: nn.Module, cfg: LoraConfig, *, base_model: str) -> nn.Modu
                     "agentrl trains LoRA on nn.Linear layers only"
                 )
     return wrapped
+
+
+def start_adapter(name: str, lora: LoraConfig | None) -> Path | None:
+    """The adapter folder a policy with `lora` continues: `name` when it is one and `lora` is
+    enabled, else None (the policy then gets fresh adapters, or none)."""
+    if lora is None or not lora.enabled or not is_adapter_dir(name):
+        return None
+    return Path(name)
+
+
+def load_start_adapter(model: nn.Module, path: Path, cfg: LoraConfig) -> None:
+    """Copy the weights of the adapter folder `path` into the adapters `apply_lora` put on
+    `model` with `cfg`; ValueError when the folder was trained with another rank, alpha or
+    target modules."""
+    saved = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
+    mine = {"r": cfg.r, "lora_alpha": cfg.alpha, "target_modules": sorted(cfg.target_modules)}
+    theirs = {
+        "r": saved.get("r"),
+        "lora_alpha": saved.get("lora_alpha"),
+        "target_modules": sorted(saved.get("target_modules") or []),
+    }
+    if mine != theirs:
+        raise ValueError(
+            f"model.name {path} is a LoRA adapter with r {theirs['r']}, alpha "
+            f"{theirs['lora_alpha']}, target modules {theirs['target_modules']}; the run's "
+            f"trainer.lora has r {cfg.r}, alpha {cfg.alpha}, target modules "
+            f"{mine['target_modules']}: set trainer.lora to the adapter's, or disable it to "
+            "train the merged model in full"
+        )
+    model.load_state_dict(read_adapter(path, model.state_dict().keys()), strict=False)
 
 
 def lora_scaling(model: nn.Module) -> float | None:
@@ -222,6 +257,21 @@ def merge_adapter_dir(adapter: str | Path, out: str | Path) -> Path:
     save_hf(merged, merged.state_dict(), out)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out)
     return out
+
+
+@contextlib.contextmanager
+def start_folders(name: str, lora: LoraConfig | None) -> Iterator[tuple[Path, Path]]:
+    """The folders a run that starts from the model `name` loads: the model it starts as
+    (engines, tokenizer, reference; an adapter merged into its base in a temporary folder,
+    deleted on exit), and the policy's weights (the adapter's base when the policy continues
+    that adapter: `start_adapter`)."""
+    from agentrl.rollout.models import resolve_model
+
+    with loadable_model(name) as folder:
+        if start_adapter(name, lora) is None:
+            yield folder, folder
+        else:
+            yield folder, resolve_model(adapter_base(name))
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agentrl.runtime.config import EnvConfig, ExpertSFTConfig
+from agentrl.runtime.config import EnvConfig, ExpertSFTConfig, LoraConfig
 from agentrl.runtime.model_settings import ModelSettings
 
 
@@ -43,6 +43,11 @@ class SFTConfig(ExpertSFTConfig):
     num_threads: int = Field(default=0, ge=0)
     """torch intra-op threads; 0 chooses them from the CPUs the process may use and the
     machine's load, or takes `OMP_NUM_THREADS` when it is set."""
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    """LoRA adapters instead of all weights (the keys of `trainer.lora`): the output folder
+    is then a peft adapter over `model` (a few MB), which `agentrl eval --model` merges and
+    `agentrl train --model` with the same `trainer.lora` trains on. The warm start of
+    `agentrl train` takes the run's `trainer.lora`."""
 
     def model_settings(self) -> ModelSettings:
         """How the fine-tuned model plays its env: what `agentrl eval --model` reproduces."""

@@ -109,7 +109,12 @@ def _backend(cfg: SFTConfig, model: torch.nn.Module, num_optimizer_steps: int) -
     from agentrl.runtime.backend import make_backend
 
     return make_backend(
-        model, optim=cfg.optim, lr=cfg.optim.lr, num_optimizer_steps=max(1, num_optimizer_steps)
+        model,
+        optim=cfg.optim,
+        lr=cfg.optim.lr,
+        num_optimizer_steps=max(1, num_optimizer_steps),
+        lora=cfg.lora,
+        base_model=cfg.model,
     )
 
 
@@ -279,6 +284,7 @@ def run_sft(
     """
     from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
     from agentrl.runtime.config import LoggingConfig, dump_config
+    from agentrl.runtime.lora import write_adapter
     from agentrl.runtime.metrics import MetricsLogger
     from agentrl.sft.checkpoint import (
         SFTState,
@@ -363,8 +369,11 @@ def run_sft(
     finally:
         logger.close()
     final_nll, final_accuracy = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)
-    backend.save_model(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    if backend.lora_scaling is None:
+        backend.save_model(out_dir)
+        tokenizer.save_pretrained(out_dir)
+    else:  # the adapter alone: eval merges it, train continues it
+        write_adapter(backend.module, backend.module.state_dict(), out_dir)
     write_model_settings(out_dir, cfg)  # agentrl eval --model OUT reproduces these settings
     result = SFTResult(
         model_dir=str(out_dir),
@@ -431,13 +440,14 @@ def evaluate_model(
     from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
     from agentrl.rollout.engines import SeededEngine
     from agentrl.rollout.evaluate import evaluate
-    from agentrl.rollout.models import load_tokenizer, resolve_model
+    from agentrl.rollout.models import load_tokenizer
     from agentrl.rollout.ray_engine import engine_from_config
+    from agentrl.runtime.lora import loadable_model
 
-    model_path = resolve_model(model)
-    tokenizer = load_tokenizer(str(model_path))
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-    engine = SeededEngine(engine_from_config(str(model_path), EngineConfig(), dtype="auto"))
+    with loadable_model(model) as model_path:  # an adapter, merged
+        tokenizer = load_tokenizer(str(model_path))
+        engine = SeededEngine(engine_from_config(str(model_path), EngineConfig(), dtype="auto"))
     try:
         return evaluate(
             engine,

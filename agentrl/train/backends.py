@@ -19,9 +19,14 @@ def backend_for_run(
     """Wrap `model` in the backend `cfg.trainer.backend` names, with `cfg.optim`.
 
     `role` is `policy` or `critic`: with `trainer.lora` enabled, only the policy gets LoRA
-    adapters (a critic trains fully).
+    adapters (a critic trains fully). A policy whose `model.name` is an adapter folder
+    continues that adapter (`model` is then its base: `agentrl.runtime.lora.start_folders`).
     """
+    from agentrl.runtime.lora import adapter_base, start_adapter
+
     trainer = cfg.trainer
+    lora = trainer.lora if role == "policy" else None
+    adapter = start_adapter(cfg.model.name, lora)
     return make_backend(
         model,
         optim=cfg.optim,
@@ -31,6 +36,7 @@ def backend_for_run(
         device=trainer.device,
         zero_stage=trainer.zero_stage,
         gradient_checkpointing=trainer.gradient_checkpointing,
-        lora=trainer.lora if role == "policy" else None,
-        base_model=cfg.model.name,
+        lora=lora,
+        base_model=adapter_base(adapter) if adapter is not None else cfg.model.name,
+        adapter=adapter,
     )

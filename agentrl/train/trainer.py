@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from agentrl.rollout.source import SourceParts
 from agentrl.runtime._ranks import barrier, broadcast_object
 from agentrl.runtime.backend import resolve_device
 from agentrl.runtime.batch import to_batch
+from agentrl.runtime.lora import start_folders
 from agentrl.runtime.metrics import (
     ABSOLUTE_SIGNALS,
     CollapseDetector,
@@ -91,7 +92,7 @@ class Trainer:
         engine: Any | None = None,
     ) -> None:
         from agentrl.envs import make
-        from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+        from agentrl.rollout.models import load_model, load_tokenizer
 
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -103,7 +104,12 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(cfg.seed)
         """Shuffles mini-batches; saved in checkpoints."""
 
-        self.model_path = resolve_model(cfg.model.name)
+        self._folders = ExitStack()
+        """Holds the merged copy of a LoRA adapter the run starts from, until `close`."""
+        self.model_path, policy_path = self._folders.enter_context(
+            start_folders(cfg.model.name, cfg.trainer.lora)
+        )
+        """The start model's folder (engines, tokenizer, reference)."""
         self.tokenizer = load_tokenizer(str(self.model_path))
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -112,7 +118,7 @@ class Trainer:
         self.algo = make_algorithm(cfg.algo)
         algo = cfg.algo
 
-        policy_model = load_model(str(self.model_path), dtype="float32")
+        policy_model = load_model(str(policy_path), dtype="float32")
         logits_to_keep = "logits_to_keep" in inspect.signature(policy_model.forward).parameters
         critic_model = build_critic(policy_model) if self.algo.needs.critic else None
         num_optimizer_steps = cfg.trainer.num_steps * algo.ppo_epochs * algo.num_mini_batches
@@ -483,6 +489,7 @@ class Trainer:
             self.logger.close()
         if self.engine is not None:
             self.engine.close()
+        self._folders.close()
 
 
 def _check_env(name: str, kwargs: dict[str, Any]) -> None:
