@@ -62,7 +62,7 @@ register(
     "agentrl.envs.tool.env:PythonToolEnv",
     source="agentrl",
     requires=("docker",),
-    summary="Counting tasks with a sandboxed Python tool (Hermes/Qwen2.5 tool calls).",
+    summary="Counting, products, range sums (tasks=[...]) with a sandboxed Python tool (Hermes/Qwen2.5 tool calls).",
 )
 register(
     "math",

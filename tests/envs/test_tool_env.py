@@ -188,15 +188,40 @@ def test_python_tool_env_in_docker(require_docker: None) -> None:
 
 
 @pytest.mark.docker
-def test_python_tool_solver_counts_with_the_tool_then_answers(require_docker: None) -> None:
+@pytest.mark.parametrize("family", ["count", "product", "range-sum"])
+def test_python_tool_solver_computes_with_the_tool_then_answers(
+    require_docker: None, family: str
+) -> None:
     """`--expert solver` demonstrations: a python call whose output is the answer."""
     from agentrl.sft.expert import get_expert
 
     solver = get_expert("solver")
     for seed in (0, 1, 2):
-        env = make("tool-python")
+        env = make("tool-python", tasks=[family])
         env.reset(seed=seed)
         obs, reward, done, _, _ = env.step(solver(env))
         assert obs == [{"role": "tool", "content": f"stdout:\n{env.expected}"}] and not done
         obs, reward, done, _, info = env.step(solver(env))
         assert (reward, done, info["success"]) == (1.0, True, True)
+
+
+def test_python_tool_families_are_drawn_by_seed_and_the_control_has_no_tool() -> None:
+    from agentrl.envs.tool.env import PythonToolEnv
+
+    env = PythonToolEnv(tasks=["count", "product", "range-sum"], sandbox=object())
+    drawn = {env.reset(seed=seed)[0].split()[0] for seed in range(30)}
+    assert drawn == {"How", "What"} and env.tools  # all three families ("What is" twice)
+    again = PythonToolEnv(tasks=["count", "product", "range-sum"], sandbox=object())
+    assert again.reset(seed=7)[0] == env.reset(seed=7)[0]
+    with pytest.raises(ValueError, match="choose one or more of count, product, range-sum"):
+        PythonToolEnv(tasks=["sort"])
+
+    control = PythonToolEnv(tasks=["product"], tool=False)
+    control.reset(seed=0)
+    assert control.tools == [] and control.max_turns == 1
+    assert "without tools" in control.system_prompt
+    _, reward, done, _, info = control.step(f"<answer>{control.expected}</answer>")
+    assert (reward, done, info["success"]) == (1.0, True, True)
+    control.reset(seed=0)
+    _, reward, done, _, info = control.step(call("python", {"code": "print(1)"}))
+    assert (reward, done, info["success"]) == (0.0, True, False)  # no tool to call

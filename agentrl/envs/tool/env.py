@@ -136,8 +136,25 @@ class CalculatorEnv(ToolEnv):
         return float(ok), ok
 
 
+TASK_FAMILIES = ("count", "product", "range-sum")
+"""The task families of `tool-python`, each with an integer answer a small model cannot
+work out in its head but one line of Python prints."""
+
+
 class PythonToolEnv(ToolEnv):
-    """Counting tasks best solved by running Python; a sandboxed `python` tool is available."""
+    """Tasks best solved by running Python; a sandboxed `python` tool is available.
+
+    `tasks` names the families drawn (one per seed, uniformly): `count` (the integers up to
+    n that are divisible by k or contain the digit k), `product` (of two 4-digit numbers),
+    `range-sum` (the sum of the integers in a range that are divisible by k). `tool=False`
+    is the no-tool control: the same tasks with no tool offered, answered in one turn.
+
+    >>> env = PythonToolEnv(tasks=["product"], sandbox=object())
+    >>> env.reset(seed=0)[0]
+    'What is 8655 * 6732? Answer with an integer in <answer>...</answer>.'
+    >>> env.expected
+    58265460
+    """
 
     def __init__(
         self,
@@ -145,11 +162,24 @@ class PythonToolEnv(ToolEnv):
         timeout: float = 5.0,
         sandbox: Any = None,
         sandbox_config: dict[str, Any] | None = None,
+        tasks: list[str] | tuple[str, ...] = ("count",),
+        tool: bool = True,
     ):
+        unknown = sorted(set(tasks) - set(TASK_FAMILIES))
+        if unknown or not tasks:
+            raise ValueError(
+                f"tasks={list(tasks)!r}: choose one or more of {', '.join(TASK_FAMILIES)}"
+            )
+        self.tasks = tuple(tasks)
         self._sandbox = sandbox
         self._sandbox_config = sandbox_config or {}
         self.timeout = timeout
-        super().__init__([self._python_tool()], max_turns=max_turns)
+        super().__init__([self._python_tool()] if tool else [], max_turns=max_turns)
+        if not tool:
+            self.system_prompt = (
+                "Solve the task without tools. Reply with the answer in <answer>...</answer>."
+            )
+            self.max_turns = 1
 
     @property
     def sandbox(self) -> Any:
@@ -188,10 +218,27 @@ class PythonToolEnv(ToolEnv):
         return run_python
 
     def new_task(self) -> tuple[str, int]:
+        family = self.tasks[0]
+        if len(self.tasks) > 1:
+            family = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        if family == "product":
+            a, b = (int(x) for x in self.np_random.integers(1000, 10000, size=2))
+            self.task = (family, a, b, 0)
+            return f"What is {a} * {b}? Answer with an integer in <answer>...</answer>.", a * b
+        if family == "range-sum":
+            a = int(self.np_random.integers(1, 1000))
+            b = a + int(self.np_random.integers(1000, 10000))
+            k = int(self.np_random.integers(3, 10))
+            self.task = (family, a, b, k)
+            prompt = (
+                f"What is the sum of the integers from {a} to {b} that are divisible by {k}? "
+                "Answer with an integer in <answer>...</answer>."
+            )
+            return prompt, sum(i for i in range(a, b + 1) if i % k == 0)
         n = int(self.np_random.integers(1000, 50000))
         k = int(self.np_random.integers(3, 10))
         expected = sum(1 for i in range(1, n + 1) if i % k == 0 or str(k) in str(i))
-        self.task = (n, k)
+        self.task = (family, 1, n, k)
         prompt = (
             f"How many integers from 1 to {n} are divisible by {k} or contain the digit "
             f"{k}? Answer with an integer in <answer>...</answer>."
@@ -201,8 +248,8 @@ class PythonToolEnv(ToolEnv):
     score = CalculatorEnv.score
 
     def expert_answer(self, max_actions: int | None = None) -> str:
-        """The demonstration (`--expert solver`): count with the python tool, then answer
-        with what it printed.
+        """The demonstration (`--expert solver`): one line of Python that prints the answer,
+        then the answer it printed (without the tool: the answer at once).
 
         >>> env = PythonToolEnv(sandbox=object())
         >>> _ = env.reset(seed=0)
@@ -211,9 +258,14 @@ class PythonToolEnv(ToolEnv):
         {"name": "python", "arguments": {"code": "print(sum(1 for i in range(1, ... + 1) if i % ... == 0 or '...' in str(i)))"}}
         </tool_call>
         """
-        if self.turn == 0:
-            n, k = self.task
-            code = f"print(sum(1 for i in range(1, {n} + 1) if i % {k} == 0 or '{k}' in str(i)))"
-            call = json.dumps({"name": "python", "arguments": {"code": code}})
-            return f"<tool_call>\n{call}\n</tool_call>"
-        return f"<answer>{self.expected}</answer>"
+        if self.turn > 0 or not self.toolset:
+            return f"<answer>{self.expected}</answer>"
+        family, a, b, k = self.task
+        if family == "product":
+            code = f"print({a} * {b})"
+        elif family == "range-sum":
+            code = f"print(sum(i for i in range({a}, {b} + 1) if i % {k} == 0))"
+        else:
+            code = f"print(sum(1 for i in range(1, {b} + 1) if i % {k} == 0 or '{k}' in str(i)))"
+        call = json.dumps({"name": "python", "arguments": {"code": code}})
+        return f"<tool_call>\n{call}\n</tool_call>"
