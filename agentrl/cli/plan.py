@@ -49,17 +49,17 @@ def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
     ws = cfg.warm_start
     turns, origin = turn_limit(cfg)
     phases: list[str] = []
+    lora = f" with LoRA (r {cfg.trainer.lora.r})" if cfg.trainer.lora.enabled else ""
     if ws.expert is not None:
         per = "turn" if cfg.rollout.history_turns is not None else "episode"
         phases.append(
             f"expert episodes: {ws.num_episodes:,} from the {ws.expert} expert on {cfg.env.name}"
         )
         phases.append(
-            f"warm start (SFT): {ws.num_epochs} epoch(s) over them, {ws.batch_size} samples "
+            f"warm start (SFT{lora}): {ws.num_epochs} epoch(s) over them, {ws.batch_size} samples "
             f"(one per {per}) a step, peak lr {ws.optim.lr:g} -> {run_dir / 'warm_start'}"
         )
     episodes = cfg.trainer.num_groups * cfg.rollout.group_size
-    lora = f" with LoRA (r {cfg.trainer.lora.r})" if cfg.trainer.lora.enabled else ""
     phases.append(
         f"RL: {cfg.trainer.num_steps} steps of {cfg.algo.name}{lora}, lr {cfg.optim.lr:g}, "
         f"{episodes:,} episodes a step ({cfg.trainer.num_groups} groups of "

@@ -129,3 +129,29 @@ def test_logits_only_where_the_loss_is() -> None:
     hits = ((logits.argmax(-1) == targets).float() * mask).sum()
     assert torch.allclose(nll.detach(), full, rtol=1e-5)
     assert float(correct) == float(hits)
+
+
+def test_a_lora_run_warm_starts_an_adapter_and_trains_it_on(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from agentrl.runtime.lora import adapter_base, is_adapter_dir
+    from agentrl.train.checkpoint import latest_checkpoint
+
+    run_dir = tmp_path / "run"
+    lora = ["--set", "trainer.lora.enabled=true", "--set", "trainer.lora.r=4"]
+    args = ["train", "--env", "sokoban", "--model", "tiny", "--steps", "1", *lora]
+    result = runner.invoke(app, [*args, "--run-dir", str(run_dir), *WARM, "--set", "optim.lr=1e-3"])
+    assert result.exit_code == 0, result.output
+    ws = run_dir / "warm_start"
+    assert is_adapter_dir(ws) and adapter_base(ws) == "tiny"  # a LoRA SFT
+    adapter = latest_checkpoint(run_dir) / "policy" / "adapter"
+    assert adapter_base(adapter) == "tiny"  # RL trained the same adapter over the same base
+    start, end = (
+        load_file(str(ws / "adapter_model.safetensors")),
+        load_file(str(adapter / "adapter_model.safetensors")),
+    )
+    assert start.keys() == end.keys()
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+    scored = runner.invoke(app, ["eval", "--model", str(ws), "--episodes", "2"])
+    assert scored.exit_code == 0, scored.output
+    assert "over 2 episodes" in scored.output
