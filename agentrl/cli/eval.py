@@ -43,15 +43,15 @@ def eval_settings(
     settings = base.model_copy(
         update={**update, "env": base.env.model_copy(update={"kwargs": base.env.kwargs | kwargs})}
     )
-    named = [f"--{k.replace('_', '-')}" for k in update] + [f"--set {k}" for k in kwargs]
+    named = [f"--{k.removeprefix('eval_').replace('_', '-')}" for k in update] + [
+        f"--set {k}" for k in kwargs
+    ]
     if named:
         origin += f"; flags: {', '.join(named)}"
     return settings, origin
 
 
-def settings_line(
-    s: ModelSettings, *, env_max_turns: int, temperatures: list[float], episodes: int
-) -> str:
+def settings_line(s: ModelSettings, *, env_max_turns: int, temperatures: list[float]) -> str:
     """The first line of `agentrl eval`'s output: every setting that shapes the episodes."""
     kwargs = ", ".join(f"{k}={v}" for k, v in s.env.kwargs.items())
     temps = " and ".join(f"{t:g}" for t in temperatures)
@@ -59,7 +59,7 @@ def settings_line(
     return (
         f"settings: env {s.env.name}({kwargs}), max_turns {s.max_turns or env_max_turns}, "
         f"history_turns {history}, max_context_tokens {s.max_context_tokens}, "
-        f"max_new_tokens {s.max_new_tokens}, temperature {temps}, {episodes} episodes from "
+        f"max_new_tokens {s.max_new_tokens}, temperature {temps}, {s.eval_episodes} episodes from "
         f"seed {s.eval_seed_offset}"
     )
 
@@ -105,8 +105,13 @@ def eval_cmd(
         typer.Option("--env", help="Env name or module.path:Class (default: the model's env)."),
     ] = None,
     episodes: Annotated[
-        int, typer.Option("--episodes", help="Validation episodes (fixed seeds).")
-    ] = 32,
+        int | None,
+        typer.Option(
+            "--episodes",
+            help="Validation episodes (fixed seeds; default: the run's eval.num_episodes, "
+            "else 32).",
+        ),
+    ] = None,
     temperature: Annotated[
         list[float] | None,
         typer.Option(
@@ -179,6 +184,7 @@ def eval_cmd(
         "history_turns": history_turns,
         "max_new_tokens": max_new_tokens,
         "eval_seed_offset": seed_offset,
+        "eval_episodes": episodes,
     }
     settings, origin = eval_settings(saved, env=env, flags=flags)
     env_factory = functools.partial(make, settings.env.name, **settings.env.kwargs)
@@ -187,9 +193,7 @@ def eval_cmd(
     except (KeyError, ImportError, TypeError, ValueError) as e:
         _fail(f"env {settings.env.name} with {settings.env.kwargs}: {e}")
     temperatures = temperature or [settings.eval_temperature]
-    line = settings_line(
-        settings, env_max_turns=probe.max_turns, temperatures=temperatures, episodes=episodes
-    )
+    line = settings_line(settings, env_max_turns=probe.max_turns, temperatures=temperatures)
     probe.close()
     typer.echo(f"{line} (from {origin})")
 
@@ -219,7 +223,7 @@ def eval_cmd(
                 runner,
                 env_factory,
                 tokenizer,
-                num_episodes=episodes,
+                num_episodes=settings.eval_episodes,
                 seed_offset=settings.eval_seed_offset,
                 rollout_cfg=rollout_cfg,
                 sampling=sampling.to_params(),

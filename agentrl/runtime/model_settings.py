@@ -50,6 +50,9 @@ class ModelSettings(BaseModel):
     """Sampling temperature of the run's validation (`eval.temperature`)."""
     eval_seed_offset: int = Field(1_000_000, ge=0)
     """First validation seed (`eval.seed_offset`); training seeds stay below it."""
+    eval_episodes: int = Field(32, ge=1)
+    """Validation episodes of the run's evaluation (`eval.num_episodes`), which a plain
+    `agentrl eval --model` plays."""
     source: str = Field("", exclude=True)
     """Where these settings were read from (not written to the file)."""
 

@@ -58,4 +58,5 @@ class SFTConfig(ExpertSFTConfig):
             max_new_tokens=self.eval_max_new_tokens,
             eval_temperature=self.eval_temperature,
             eval_seed_offset=self.eval_seed_offset,
+            **({"eval_episodes": self.eval_episodes} if self.eval_episodes else {}),
         )

@@ -218,6 +218,7 @@ class TrainConfig(_Section):
             max_new_tokens=self.rollout.sampling.max_new_tokens,
             eval_temperature=self.eval.temperature,
             eval_seed_offset=self.eval.seed_offset,
+            eval_episodes=self.eval.num_episodes,
         )
 
 

@@ -130,31 +130,32 @@ def model_folder(tmp_path: Path, tiny_model_path: Path) -> Path:
         max_context_tokens=1024,
         max_new_tokens=4,
         eval_seed_offset=2_000_000,
+        eval_episodes=2,
     )
     write_model_settings(folder, settings)
     return folder
 
 
 def test_eval_uses_the_model_settings_and_flags_override_them(model_folder: Path) -> None:
-    result = runner.invoke(app, ["eval", "--model", str(model_folder), "--episodes", "2"])
+    result = runner.invoke(app, ["eval", "--model", str(model_folder)])  # no flag
     assert result.exit_code == 0, result.output
     first, *rest = result.output.strip().splitlines()
     assert first.startswith("settings: env sokoban(max_turns=1), max_turns 1, history_turns 0")
     assert "max_new_tokens 4, temperature 0.5, 2 episodes from seed 2000000" in first
-    assert str(model_folder / SETTINGS_FILE) in first and "flags: --episodes" not in first
+    assert str(model_folder / SETTINGS_FILE) in first and "flags:" not in first
     assert "seeds 2000000..2000001" in result.output
     assert "mean turns 1.00" in result.output  # the env ended after the model's 1 turn
     assert "by optimal solution length" in result.output
 
     override = ["--set", "max_turns=2", "--history-turns", "1", "--seed-offset", "5"]
     result = runner.invoke(
-        app, ["eval", "--model", str(model_folder), "--episodes", "2", *override]
+        app, ["eval", "--model", str(model_folder), "--episodes", "3", *override]
     )
     assert result.exit_code == 0, result.output
     first = result.output.splitlines()[0]
     assert "env sokoban(max_turns=2), max_turns 2, history_turns 1" in first
-    assert "flags: --history-turns, --eval-seed-offset, --set max_turns" in first
-    assert "seeds 5..6" in result.output and "mean turns 2.00" in result.output
+    assert "flags: --history-turns, --seed-offset, --episodes, --set max_turns" in first
+    assert "seeds 5..7" in result.output and "mean turns 2.00" in result.output
 
 
 def test_eval_at_several_temperatures(model_folder: Path) -> None:
