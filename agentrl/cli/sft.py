@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -146,4 +146,18 @@ def sft(
             f"validation success {result.eval['success_rate']:.3f} over "
             f"{int(result.eval['num_episodes'])} episodes (temperature {cfg.eval_temperature:g})"
         )
-    typer.echo(f"model: {out}  (next: agentrl train --model {out} --env {cfg.env.name})")
+    what = "LoRA adapter" if cfg.lora.enabled else "model"
+    nxt = f"agentrl train --model {out} --env {cfg.env.name}{_lora_flags(cfg.lora)}"
+    typer.echo(f"{what}: {out}  (next: {nxt})")
+
+
+def _lora_flags(lora: Any) -> str:
+    """The `--set` flags with which RL trains an SFT adapter on (its own shape); none for a
+    full model."""
+    if not lora.enabled:
+        return ""
+    flags = f" --set trainer.lora.enabled=true --set trainer.lora.r={lora.r}"
+    flags += f" --set trainer.lora.alpha={lora.alpha}"
+    if lora.target_modules != type(lora)().target_modules:
+        flags += f" --set trainer.lora.target_modules=[{','.join(lora.target_modules)}]"
+    return flags

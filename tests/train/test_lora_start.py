@@ -105,3 +105,28 @@ def test_an_adapter_of_another_shape_names_the_fix(sft_adapter: Path, tmp_path: 
     other = [item.replace("r=4", "r=8") for item in LORA]
     with pytest.raises(ValueError, match=r"r 4, alpha 32.*set trainer.lora to the adapter's"):
         Trainer(trainer_cfg("grpo", f"model.name={sft_adapter}", *other), tmp_path)
+
+
+def test_the_sft_cli_names_the_train_command_that_continues_its_adapter(tmp_path: Path) -> None:
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "sft"
+    args = ["sft", "--model", "tiny", "--episodes", "4", "--epochs", "1", "--out", str(out)]
+    args += ["--set", "lora.enabled=true", "--set", "lora.r=4", "--set", "lora.alpha=8"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    hint = result.output.split("(next: ")[-1].rsplit(")", 1)[0]
+    assert f"LoRA adapter: {out}" in result.output
+    assert hint.endswith("--set trainer.lora.r=4 --set trainer.lora.alpha=8"), hint
+    command = shlex.split(hint)[1:]  # as printed, without the program name
+    command += ["--steps", "1", "--no-warm-start", "--run-dir", str(tmp_path / "run")]
+    command += ["--set", "trainer.num_groups=2", "--set", "logging.progress=false"]
+    trained = runner.invoke(app, command)
+    assert trained.exit_code == 0, trained.output
+    adapter = latest_checkpoint(tmp_path / "run") / "policy" / "adapter"
+    assert adapter_base(adapter) == "tiny"
