@@ -2,9 +2,9 @@
 
 `agentrl train` calls `warm_start` when `warm_start.expert` is set. The fine-tuned model goes
 to `<run>/warm_start` (a Hugging Face folder; with `trainer.lora`, a LoRA adapter), and RL
-starts from it. A run that already
-finished its warm start (a resumed run) reuses the folder instead of training again; one
-killed during it reuses the expert episodes and continues the SFT from its last checkpoint.
+starts from it. A run that already finished its warm start (a resumed run) reuses the folder
+instead of training again; one killed during it reuses the expert episodes and continues the
+SFT from its last checkpoint.
 """
 
 from __future__ import annotations
