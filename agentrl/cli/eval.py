@@ -60,15 +60,15 @@ def settings_line(s: ModelSettings, *, env_max_turns: int, temperatures: list[fl
         f"settings: env {s.env.name}({kwargs}), max_turns {s.max_turns or env_max_turns}, "
         f"history_turns {history}, max_context_tokens {s.max_context_tokens}, "
         f"max_new_tokens {s.max_new_tokens}, temperature {temps}, {s.eval_episodes} episodes from "
-        f"seed {s.eval_seed_offset}"
+        f"seed {s.eval_seed_offset}, engine {s.engine or 'hf'}"
     )
 
 
 def result_lines(
     result: dict[str, float], *, env: str, temperature: float, seed_offset: int
 ) -> str:
-    """The success rate ± standard error of one evaluation and, when there is one, its
-    breakdown by optimal solution length."""
+    """The success rate ± standard error of one evaluation and, when there are, its tool use,
+    its breakdown by task family and by optimal solution length."""
     from agentrl.rollout.evaluate import SHORT_SOLUTION_MAX
 
     n = int(result["num_episodes"])
@@ -77,6 +77,20 @@ def result_lines(
         f"{n} episodes (seeds {seed_offset}..{seed_offset + n - 1}, temperature {temperature:g}); "
         f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
     )
+    if "tool_call_rate" in result:
+        text += (
+            f"\n  tool use: a tool call in {result['tool_call_rate']:.1%} of episodes; "
+            f"{result['tool_ok_rate']:.1%} of the calls ran without error"
+        )
+    tasks = [
+        k.removeprefix("num_episodes_task_") for k in result if k.startswith("num_episodes_task_")
+    ]
+    if tasks:
+        text += "\n  by task: " + "; ".join(
+            f"{name} {result[f'success_task_{name}']:.3f} ± {result[f'success_task_{name}_se']:.3f} "
+            f"({int(result[f'num_episodes_task_{name}'])} episodes)"
+            for name in tasks
+        )
     if "num_episodes_short" not in result:
         return text
     parts = []
@@ -127,7 +141,13 @@ def eval_cmd(
         int | None,
         typer.Option("--seed-offset", help="First validation seed (disjoint from training seeds)."),
     ] = None,
-    engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Inference engine: hf or vllm (default: the run's engine.name, else hf).",
+        ),
+    ] = None,
     history_turns: Annotated[
         int | None,
         typer.Option(
@@ -185,6 +205,7 @@ def eval_cmd(
         "max_new_tokens": max_new_tokens,
         "eval_seed_offset": seed_offset,
         "eval_episodes": episodes,
+        "engine": engine,
     }
     settings, origin = eval_settings(saved, env=env, flags=flags)
     env_factory = functools.partial(make, settings.env.name, **settings.env.kwargs)
@@ -197,7 +218,7 @@ def eval_cmd(
     probe.close()
     typer.echo(f"{line} (from {origin})")
 
-    cfg = TrainConfig(engine=EngineConfig(name=engine))
+    cfg = TrainConfig(engine=EngineConfig(name=settings.engine or "hf"))
     cfg.model.name = model
     rollout_cfg = RolloutConfig(
         max_turns=settings.max_turns,

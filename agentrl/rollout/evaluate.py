@@ -2,7 +2,9 @@
 
 Besides the success rate, `evaluate` reports its binomial standard error and, for envs whose
 `reset` info names the optimal solution length (Sokoban's `optimal_len`), the success on short
-(at most `SHORT_SOLUTION_MAX` moves) and long rooms apart.
+(at most `SHORT_SOLUTION_MAX` moves) and long rooms apart; for envs whose `reset` info names a
+`task` family, the success of each; for tool envs, how often episodes called a tool and how
+often the calls ran without error.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from agentrl.rollout.config import RolloutConfig
 from agentrl.rollout.engine import Engine, SamplingParams
 from agentrl.rollout.loop import EnvFactory, rollout
-from agentrl.trajectory.types import Trajectory
+from agentrl.trajectory.types import Trajectory, tool_use_stats
 
 SHORT_SOLUTION_MAX = 6
 """Rooms whose optimal solution takes at most this many moves are `short`; longer are `long`."""
@@ -53,7 +55,16 @@ def evaluation_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "num_turns": float(np.mean([t.num_turns for t in trajs])),
         "num_episodes": float(len(trajs)),
         "error_frac": float(np.mean([not t.status.trainable for t in trajs])),
+        **tool_use_stats(trajs),
     }
+    tasks = [t.reset_info.get("task") for t in trajs]
+    if tasks and all(isinstance(name, str) for name in tasks):
+        for name in sorted(set(tasks)):
+            part = [t.success for t, n in zip(trajs, tasks, strict=True) if n == name]
+            metrics[f"num_episodes_task_{name}"] = float(len(part))
+            metrics[f"success_task_{name}"], metrics[f"success_task_{name}_se"] = success_stats(
+                part
+            )
     lengths = [t.reset_info.get("optimal_len") for t in trajs]
     if not lengths or any(n is None for n in lengths):
         return metrics
@@ -80,7 +91,9 @@ def evaluate(
     """One episode per validation seed.
 
     Returns `success_rate` and its standard error `success_se`, `reward_mean`, `num_turns`,
-    `num_episodes` and `error_frac`. When every episode's reset info has `optimal_len`, also
+    `num_episodes` and `error_frac`; for tool envs also `tool_call_rate` and `tool_ok_rate`
+    (`tool_use_stats`). When every episode's reset info names its `task` (tool-python's
+    family), also `success_task_<task>`, its `_se` and `num_episodes_task_<task>`. When every episode's reset info has `optimal_len`, also
     `success_short` / `success_long` (optimal solution at most `SHORT_SOLUTION_MAX` moves, or
     more), their `_se`, and `num_episodes_short` / `num_episodes_long`; a part without
     episodes has only its count.

@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from agentrl.runtime.config import CollapseConfig, LoggingConfig
-from agentrl.trajectory.types import Trajectory
+from agentrl.trajectory.types import Trajectory, tool_use_stats
 
 METRICS_FILE = "metrics.jsonl"
 
 
 def trajectory_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Reward, success, length and status counts over a step's trajectories."""
+    """Reward, success, length and status counts over a step's trajectories (and, for tool
+    envs, `episode/tool_call_rate` and `episode/tool_ok_rate`: `tool_use_stats`)."""
     if not trajectories:
         return {}
     rewards = np.array([t.total_reward for t in trajectories], dtype=np.float64)
@@ -34,6 +35,7 @@ def trajectory_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "episode/sampled_tokens": float(np.mean([t.num_sampled_tokens for t in trajectories])),
         "episode/truncated_frac": float(np.mean([t.status == "truncated" for t in trajectories])),
         "episode/error_frac": 1.0 - len(trainable) / len(trajectories),
+        **{f"episode/{k}": v for k, v in tool_use_stats(trajectories).items()},
     }
 
 

@@ -53,6 +53,9 @@ class ModelSettings(BaseModel):
     eval_episodes: int = Field(32, ge=1)
     """Validation episodes of the run's evaluation (`eval.num_episodes`), which a plain
     `agentrl eval --model` plays."""
+    engine: str | None = None
+    """Inference engine of the run's rollouts (`engine.name`), which a plain `agentrl eval`
+    samples with; None (SFT and older folders): the `hf` engine."""
     source: str = Field("", exclude=True)
     """Where these settings were read from (not written to the file)."""
 

@@ -219,6 +219,7 @@ class TrainConfig(_Section):
             eval_temperature=self.eval.temperature,
             eval_seed_offset=self.eval.seed_offset,
             eval_episodes=self.eval.num_episodes,
+            engine=self.engine.name,
         )
 
 

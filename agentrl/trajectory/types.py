@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -100,3 +101,29 @@ class Trajectory:
     @property
     def num_sampled_tokens(self) -> int:
         return sum(t.num_sampled for t in self.turns)
+
+
+def tool_use_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """How episodes used their tools, when their turns count tool calls (`info["tool_calls"]`
+    and `info["tool_errors"]`, as tool envs report them); empty for other envs.
+
+    `tool_call_rate`: the share of episodes with at least one call; `tool_ok_rate`: the share
+    of calls that ran without error (a program that exits non-zero, a malformed call; nan when
+    no call was made).
+
+    >>> def episode(*counts):
+    ...     turns = [Turn(0, "", "stop", 0, info={"tool_calls": c, "tool_errors": e})
+    ...              for c, e in counts]
+    ...     return Trajectory([], turns, "tool-python", 0, 0)
+    >>> tool_use_stats([episode((2, 1), (0, 0)), episode((0, 0))])
+    {'tool_call_rate': 0.5, 'tool_ok_rate': 0.5}
+    """
+    counted = [t for t in trajectories if any("tool_calls" in turn.info for turn in t.turns)]
+    if not counted:
+        return {}
+    calls = [sum(turn.info.get("tool_calls", 0) for turn in t.turns) for t in counted]
+    errors = sum(turn.info.get("tool_errors", 0) for t in counted for turn in t.turns)
+    return {
+        "tool_call_rate": sum(c > 0 for c in calls) / len(counted),
+        "tool_ok_rate": 1.0 - errors / sum(calls) if sum(calls) else float("nan"),
+    }

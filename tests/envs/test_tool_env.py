@@ -183,8 +183,24 @@ def test_python_tool_env_in_docker(require_docker: None) -> None:
     env.reset(seed=2)
     obs, *_ = env.step(call("python", {"code": "print(sum(range(10)))"}))
     assert obs[0]["content"] == "stdout:\n45"
-    obs, *_ = env.step(call("python", {"code": "while True: pass"}))
+    obs, *_, info = env.step(call("python", {"code": "while True: pass"}))
     assert "Timed out" in obs[0]["content"]
+    assert (info["tool_calls"], info["tool_errors"]) == (1, 1)
+
+
+@pytest.mark.docker
+def test_python_tool_counts_the_calls_that_failed(require_docker: None) -> None:
+    """`tool_errors`: a program that exits non-zero, or a malformed call; not one that ran."""
+    env = make("tool-python", tasks=["product"])
+    _, reset_info = env.reset(seed=2)
+    assert reset_info["task"] == "product"
+    fails = call("python", {"code": "1 / 0"})
+    runs = call("python", {"code": "print(2)"})
+    obs, _, _, _, info = env.step(fails + runs + "<tool_call>{no json</tool_call>")
+    assert "ZeroDivisionError" in obs[0]["content"] and obs[1]["content"] == "stdout:\n2"
+    assert (info["tool_calls"], info["tool_errors"]) == (3, 2)
+    _, _, done, _, info = env.step("<answer>1</answer>")
+    assert done and (info["tool_calls"], info["tool_errors"]) == (0, 0)
 
 
 @pytest.mark.docker

@@ -55,3 +55,31 @@ def test_error_frac_counts_untrainable_episodes() -> None:
     broken = _episode(False)
     broken.status = Status.ENV_ERROR
     assert evaluation_metrics([broken, _episode(True)])["error_frac"] == 0.5
+
+
+def _tool_episode(task: str, success: bool, *calls: tuple[int, int]) -> Trajectory:
+    turns = [Turn(1, "a", "stop", 0, info={"tool_calls": n, "tool_errors": e}) for n, e in calls]
+    turns.append(Turn(1, "a", "stop", 0, info={"success": success, "tool_calls": 0}))
+    return Trajectory([], turns, "tool-python", seed=0, group_id=0, reset_info={"task": task})
+
+
+def test_tool_use_and_breakdown_by_task() -> None:
+    from agentrl.cli.eval import result_lines
+
+    trajs = [
+        _tool_episode("product", True, (1, 0)),
+        _tool_episode("product", False),  # answered at once
+        _tool_episode("count", True, (2, 1), (1, 0)),
+    ]
+    m = evaluation_metrics(trajs)
+    assert m["tool_call_rate"] == pytest.approx(2 / 3)
+    assert m["tool_ok_rate"] == pytest.approx(3 / 4)  # 4 calls, 1 error
+    assert (m["num_episodes_task_product"], m["success_task_product"]) == (2, 0.5)
+    assert (m["num_episodes_task_count"], m["success_task_count"]) == (1, 1.0)
+    text = result_lines(m, env="tool-python", temperature=0.5, seed_offset=10)
+    assert (
+        "tool use: a tool call in 66.7% of episodes; 75.0% of the calls ran without error" in text
+    )
+    assert "by task: count 1.000 ± 0.000 (1 episodes); product 0.500 ± 0.354 (2 episodes)" in text
+    plain = evaluation_metrics([_episode(True), _episode(False)])
+    assert not any(k.startswith(("tool_", "success_task_")) for k in plain)

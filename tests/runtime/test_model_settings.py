@@ -37,7 +37,19 @@ def test_round_trip_of_a_run_config(tmp_path: Path) -> None:
     assert settings.max_new_tokens == cfg.rollout.sampling.max_new_tokens
     assert settings.eval_temperature == cfg.eval.temperature
     assert settings.eval_seed_offset == cfg.eval.seed_offset
+    assert settings.engine == cfg.engine.name
     assert "source" not in path.read_text()
+
+
+def test_eval_samples_with_the_runs_engine_unless_told() -> None:
+    from agentrl.cli.eval import eval_settings
+
+    saved = ModelSettings(env={"name": "tool-python"}, engine="vllm", source="s.yaml")
+    settings, origin = eval_settings(saved, env=None, flags={"engine": None})
+    assert settings.engine == "vllm" and "flags" not in origin
+    settings, origin = eval_settings(saved, env=None, flags={"engine": "hf"})
+    assert settings.engine == "hf" and origin.endswith("flags: --engine")
+    assert ModelSettings(env={"name": "sokoban"}).engine is None  # older folders: hf
 
 
 def test_sft_config_settings() -> None:
@@ -141,7 +153,7 @@ def test_eval_uses_the_model_settings_and_flags_override_them(model_folder: Path
     assert result.exit_code == 0, result.output
     first, *rest = result.output.strip().splitlines()
     assert first.startswith("settings: env sokoban(max_turns=1), max_turns 1, history_turns 0")
-    assert "max_new_tokens 4, temperature 0.5, 2 episodes from seed 2000000" in first
+    assert "max_new_tokens 4, temperature 0.5, 2 episodes from seed 2000000, engine hf" in first
     assert str(model_folder / SETTINGS_FILE) in first and "flags:" not in first
     assert "seeds 2000000..2000001" in result.output
     assert "mean turns 1.00" in result.output  # the env ended after the model's 1 turn

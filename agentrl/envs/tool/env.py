@@ -45,6 +45,8 @@ class ToolEnv(TokenEnv):
         self.toolset = {t.name: t for t in toolset}
         self.max_turns = max_turns
         self.turn = 0
+        self.last_call_ok = False
+        """Whether the latest `call_tool` ran without error."""
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -69,7 +71,11 @@ class ToolEnv(TokenEnv):
         return prompt, {"tools": [t for t in self.toolset]}
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run one tool; every failure becomes error text for the model, never an exception."""
+        """Run one tool; every failure becomes error text for the model, never an exception.
+
+        `last_call_ok` then says whether the call ran without error (`tool_errors` in the
+        step info counts those that did not)."""
+        self.last_call_ok = False
         if name not in self.toolset:
             return f"Error: unknown tool {name!r}. Available: {', '.join(self.toolset)}."
         try:
@@ -78,6 +84,7 @@ class ToolEnv(TokenEnv):
             return f"Error: invalid arguments for {name}: {e}"
         except (ToolError, ValueError, ArithmeticError) as e:
             return f"Error: {e}"
+        self.last_call_ok = True
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + "\n(output truncated)"
         return output
@@ -89,12 +96,14 @@ class ToolEnv(TokenEnv):
         calls = parse_tool_calls(action)
         if calls:
             messages: list[Message] = []
+            errors = 0
             for call in calls[:MAX_CALLS_PER_TURN]:
-                text = (
-                    f"Error: {call.error}"
-                    if call.error
-                    else self.call_tool(call.name, call.arguments)
-                )
+                if call.error:
+                    text, ok = f"Error: {call.error}", False
+                else:
+                    text = self.call_tool(call.name, call.arguments)
+                    ok = self.last_call_ok
+                errors += not ok
                 messages.append({"role": "tool", "content": text})
             if len(calls) > MAX_CALLS_PER_TURN:
                 messages.append(
@@ -104,12 +113,13 @@ class ToolEnv(TokenEnv):
                     }
                 )
             last = self.turn >= self.max_turns
-            info: dict[str, Any] = {"tool_calls": len(calls)}
+            info: dict[str, Any] = {"tool_calls": len(calls), "tool_errors": errors}
             if last:
                 info["success"] = False
             return messages, 0.0, last, False, info
         reward, success = self.score(parse_answer(action))
-        return "Episode finished.", reward, True, False, {"success": success}
+        info = {"success": success, "tool_calls": 0, "tool_errors": 0}
+        return "Episode finished.", reward, True, False, info
 
 
 class CalculatorEnv(ToolEnv):
@@ -171,6 +181,7 @@ class PythonToolEnv(ToolEnv):
                 f"tasks={list(tasks)!r}: choose one or more of {', '.join(TASK_FAMILIES)}"
             )
         self.tasks = tuple(tasks)
+        self._program_ok = True
         self._sandbox = sandbox
         self._sandbox_config = sandbox_config or {}
         self.timeout = timeout
@@ -213,9 +224,25 @@ class PythonToolEnv(ToolEnv):
             if result.sandbox_error is not None:  # not the model's doing: the episode ends
                 # `env_error`, out of the loss
                 raise SandboxError(f"the python tool's sandbox failed: {result.sandbox_error}")
+            self._program_ok = result.ok
             return result.summary(MAX_TOOL_OUTPUT_CHARS)
 
         return run_python
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """`ToolEnv.call_tool`; a program that exits non-zero, times out or is killed counts
+        as a failed call (its output still goes back to the model)."""
+        self._program_ok = True
+        text = super().call_tool(name, arguments)
+        self.last_call_ok = self.last_call_ok and self._program_ok
+        return text
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Draw a new task; the info's `task` names its family (evaluation reports each)."""
+        prompt, info = super().reset(seed=seed, options=options)
+        return prompt, {**info, "task": self.task[0]}
 
     def new_task(self) -> tuple[str, int]:
         family = self.tasks[0]
