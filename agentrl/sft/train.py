@@ -166,13 +166,15 @@ class SFTPace:
 
 def measure_sft_pace(cfg: SFTConfig, *, num_episodes: int = 64, probe_rows: int = 64) -> SFTPace:
     """Time the first `num_episodes` expert episodes and a forward and backward pass over
-    `probe_rows` of their rows (the faster of two, after one untimed pass: a busy moment on
-    a shared machine costs one pass, not the estimate), and scale both to the whole run.
+    `probe_rows` of their rows, at most one batch (the faster of two, after one untimed pass:
+    a busy moment on a shared machine costs one pass, not the estimate), and scale both to
+    the whole run. With `cfg.lora` the passes train LoRA adapters, as the run does.
 
     Nothing is written and the model's weights are not changed. The optimizer's own step is
     left out: it costs little beside the passes when the batch is large.
     """
     from agentrl.rollout.models import load_model, load_tokenizer, resolve_model
+    from agentrl.runtime.lora import apply_lora
 
     start = time.perf_counter()
     model_path = resolve_model(cfg.model)
@@ -185,7 +187,9 @@ def measure_sft_pace(cfg: SFTConfig, *, num_episodes: int = 64, probe_rows: int 
     played = time.perf_counter() - played
     rows = rows.freeze()
     model = load_model(str(model_path), dtype="float32")
-    batch = rows.batch(range(min(probe_rows, rows.num_rows)))
+    if cfg.lora.enabled:  # the adapters' passes: no gradient for the base weights
+        model = apply_lora(model, cfg.lora, base_model=cfg.model)
+    batch = rows.batch(range(min(probe_rows, cfg.batch_size, rows.num_rows)))
     timings = []
     for _ in range(3):  # the first pass warms up allocators and kernels
         t0 = time.perf_counter()

@@ -130,3 +130,18 @@ def test_a_short_measurement_predicts_the_steps_of_the_whole_sft(tmp_path: Path)
     assert pace.s_per_step > 0 and pace.expert_s > 0
     assert pace.sft_s == pytest.approx(pace.num_steps * pace.s_per_step)
     assert pace.measured_s < result.wall_s
+
+
+def test_the_measurement_of_a_lora_sft_trains_adapters_on_one_batch() -> None:
+    from agentrl.runtime.config import LoraConfig
+
+    cfg = SFTConfig(
+        model="tiny",
+        num_episodes=64,
+        batch_size=4,
+        history_turns=0,
+        max_actions_per_turn=1,
+        lora=LoraConfig(enabled=True, r=4, alpha=8),
+    )
+    pace = measure_sft_pace(cfg, num_episodes=16)  # probes 4 rows, the batch, not 64
+    assert pace.s_per_step > 0 and pace.num_steps > 0
