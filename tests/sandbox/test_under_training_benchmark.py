@@ -38,3 +38,29 @@ def test_the_benchmark_reports_a_small_run(require_docker: None) -> None:
         assert label in text
     assert "env_error rate: 0.0000" in text
     assert "sandbox containers left after the run: 0" in text
+
+
+def test_the_benchmark_runs_a_tool_python_recipe(require_docker: None, tmp_path: Path) -> None:
+    """`--config`: the recipe's own RL on tool-python, every python call timed (the `tiny`
+    model here, which rarely writes a call: the plumbing, not the numbers)."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "model: {name: tiny}\n"
+        "env: {name: tool-python, kwargs: {max_turns: 2, sandbox_config: {pool_size: 2}}}\n"
+        "rollout: {group_size: 2, sampling: {max_new_tokens: 8}}\n"
+        "trainer: {num_groups: 2}\n"
+    )
+    argv = [sys.executable, str(SCRIPT), "--config", str(recipe), "--model", "tiny"]
+    out = subprocess.run(
+        [*argv, "--steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert f"4 episodes at once, 2 warm containers, 1 steps of {recipe} from tiny (hf" in text
+    assert "idle, 4 callers at once" in text and "during training" in text
+    assert "tool calls: in " in text and "env_error rate: 0.0000" in text
+    assert "sandbox containers left after the run: 0" in text
