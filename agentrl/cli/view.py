@@ -9,7 +9,12 @@ import typer
 
 
 def _load_tokenizer(name: str) -> Any:
-    """A tokenizer by alias, model path or id; a bare tokenizer folder also works."""
+    """A tokenizer by alias, model path or id; a bare tokenizer folder also works, and a
+    LoRA adapter folder gives its base model's."""
+    from agentrl.runtime.lora import adapter_base, is_adapter_dir
+
+    if is_adapter_dir(name):
+        name = adapter_base(name)
     if Path(name).is_dir() and not (Path(name) / "config.json").is_file():
         from transformers import AutoTokenizer
 

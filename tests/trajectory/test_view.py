@@ -66,6 +66,19 @@ def test_view_needs_a_tokenizer(run) -> None:
     assert res.exit_code != 0 and "holds episodes 0..1" in _error_text(res.output)
 
 
+def test_view_decodes_with_the_base_of_a_lora_adapter(run) -> None:
+    """A run that continues an adapter names the adapter folder (no tokenizer in it)."""
+    tmp, _, _, without = run
+    adapter = tmp / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "base_model_name_or_path": str(tmp / "tok")})
+    )
+    res = CliRunner().invoke(app, ["view", str(without), "--model", str(adapter)])
+    assert res.exit_code == 0, res.output
+    assert "trained tokens" in res.output
+
+
 # Appended to a copy of the page: after layout, measures what a reader sees of each token
 # and table cell (colour, place, size, not covered) and writes it into the DOM for --dump-dom.
 _PROBE = """<script>
