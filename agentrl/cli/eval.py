@@ -78,10 +78,9 @@ def result_lines(
         f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
     )
     if "tool_call_rate" in result:
-        text += (
-            f"\n  tool use: a tool call in {result['tool_call_rate']:.1%} of episodes; "
-            f"{result['tool_ok_rate']:.1%} of the calls ran without error"
-        )
+        text += f"\n  tool use: a tool call in {result['tool_call_rate']:.1%} of episodes"
+        if "tool_ok_rate" in result:
+            text += f"; {result['tool_ok_rate']:.1%} of the calls ran without error"
     tasks = [
         k.removeprefix("num_episodes_task_") for k in result if k.startswith("num_episodes_task_")
     ]

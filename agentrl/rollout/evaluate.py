@@ -93,10 +93,10 @@ def evaluate(
     Returns `success_rate` and its standard error `success_se`, `reward_mean`, `num_turns`,
     `num_episodes` and `error_frac`; for tool envs also `tool_call_rate` and `tool_ok_rate`
     (`tool_use_stats`). When every episode's reset info names its `task` (tool-python's
-    family), also `success_task_<task>`, its `_se` and `num_episodes_task_<task>`. When every episode's reset info has `optimal_len`, also
-    `success_short` / `success_long` (optimal solution at most `SHORT_SOLUTION_MAX` moves, or
-    more), their `_se`, and `num_episodes_short` / `num_episodes_long`; a part without
-    episodes has only its count.
+    family), also `success_task_<task>`, its `_se` and `num_episodes_task_<task>`. When every
+    episode's reset info has `optimal_len`, also `success_short` / `success_long` (optimal
+    solution at most `SHORT_SOLUTION_MAX` moves, or more), their `_se`, and
+    `num_episodes_short` / `num_episodes_long`; a part without episodes has only its count.
     """
     result = rollout(
         engine,

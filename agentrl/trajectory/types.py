@@ -107,9 +107,9 @@ def tool_use_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """How episodes used their tools, when their turns count tool calls (`info["tool_calls"]`
     and `info["tool_errors"]`, as tool envs report them); empty for other envs.
 
-    `tool_call_rate`: the share of episodes with at least one call; `tool_ok_rate`: the share
-    of calls that ran without error (a program that exits non-zero, a malformed call; nan when
-    no call was made).
+    `tool_call_rate`: the share of episodes with at least one call; `tool_ok_rate`, when the
+    turns also count `tool_errors`: the share of calls that ran without error (a program that
+    exits non-zero, a malformed call; nan when no call was made).
 
     >>> def episode(*counts):
     ...     turns = [Turn(0, "", "stop", 0, info={"tool_calls": c, "tool_errors": e})
@@ -122,8 +122,8 @@ def tool_use_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     if not counted:
         return {}
     calls = [sum(turn.info.get("tool_calls", 0) for turn in t.turns) for t in counted]
-    errors = sum(turn.info.get("tool_errors", 0) for t in counted for turn in t.turns)
-    return {
-        "tool_call_rate": sum(c > 0 for c in calls) / len(counted),
-        "tool_ok_rate": 1.0 - errors / sum(calls) if sum(calls) else float("nan"),
-    }
+    stats = {"tool_call_rate": sum(c > 0 for c in calls) / len(counted)}
+    if any("tool_errors" in turn.info for t in counted for turn in t.turns):
+        errors = sum(turn.info.get("tool_errors", 0) for t in counted for turn in t.turns)
+        stats["tool_ok_rate"] = 1.0 - errors / sum(calls) if sum(calls) else float("nan")
+    return stats

@@ -81,5 +81,13 @@ def test_tool_use_and_breakdown_by_task() -> None:
         "tool use: a tool call in 66.7% of episodes; 75.0% of the calls ran without error" in text
     )
     assert "by task: count 1.000 ± 0.000 (1 episodes); product 0.500 ± 0.354 (2 episodes)" in text
+    uncounted = _episode(True)  # an env that counts calls but not their errors
+    uncounted.turns[0].info["tool_calls"] = 1
+    m = evaluation_metrics([uncounted])
+    assert m["tool_call_rate"] == 1.0 and "tool_ok_rate" not in m
+    assert (
+        "tool use: a tool call in 100.0% of episodes\n"
+        in result_lines(m, env="math", temperature=0.5, seed_offset=0) + "\n"
+    )
     plain = evaluation_metrics([_episode(True), _episode(False)])
     assert not any(k.startswith(("tool_", "success_task_")) for k in plain)
