@@ -128,6 +128,7 @@ def test_grading_from_threads_uses_the_process_pool() -> None:
 
 class _FakeResult:
     sandbox_error = None  # the sandbox itself worked (an `ExecResult` field)
+    ok = True  # and so did the program
 
     def __init__(self, code: str) -> None:
         self.code = code
