@@ -79,7 +79,7 @@ def result_lines(
     )
     if "tool_call_rate" in result:
         text += f"\n  tool use: a tool call in {result['tool_call_rate']:.1%} of episodes"
-        if "tool_ok_rate" in result:
+        if "tool_ok_rate" in result and result["tool_call_rate"] > 0:
             text += f"; {result['tool_ok_rate']:.1%} of the calls ran without error"
     tasks = [
         k.removeprefix("num_episodes_task_") for k in result if k.startswith("num_episodes_task_")

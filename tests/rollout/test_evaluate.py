@@ -59,7 +59,9 @@ def test_error_frac_counts_untrainable_episodes() -> None:
 
 def _tool_episode(task: str, success: bool, *calls: tuple[int, int]) -> Trajectory:
     turns = [Turn(1, "a", "stop", 0, info={"tool_calls": n, "tool_errors": e}) for n, e in calls]
-    turns.append(Turn(1, "a", "stop", 0, info={"success": success, "tool_calls": 0}))
+    turns.append(
+        Turn(1, "a", "stop", 0, info={"success": success, "tool_calls": 0, "tool_errors": 0})
+    )
     return Trajectory([], turns, "tool-python", seed=0, group_id=0, reset_info={"task": task})
 
 
@@ -89,5 +91,9 @@ def test_tool_use_and_breakdown_by_task() -> None:
         "tool use: a tool call in 100.0% of episodes\n"
         in result_lines(m, env="math", temperature=0.5, seed_offset=0) + "\n"
     )
+    no_call = evaluation_metrics([_tool_episode("product", False)])
+    assert math.isnan(no_call["tool_ok_rate"])  # no call: no share (printed without one)
+    text = result_lines(no_call, env="tool-python", temperature=0.5, seed_offset=0)
+    assert "tool use: a tool call in 0.0% of episodes\n" in text and "nan" not in text
     plain = evaluation_metrics([_episode(True), _episode(False)])
     assert not any(k.startswith(("tool_", "success_task_")) for k in plain)
