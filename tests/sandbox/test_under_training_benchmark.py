@@ -22,17 +22,21 @@ def test_busy_share_counts_overlapping_calls_once(load_benchmark) -> None:
     assert share(calls, 2, 6) == pytest.approx(0.5)
 
 
-def test_the_benchmark_reports_a_small_run(require_docker: None) -> None:
-    argv = [sys.executable, str(SCRIPT), "--steps", "2", "--episodes", "8", "--pool", "2"]
+def _bench(*args: str) -> str:
+    """The benchmark's output with `args` (one torch thread); fails on a non-zero exit."""
     out = subprocess.run(
-        argv,
+        [sys.executable, str(SCRIPT), *args],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    text = out.stdout
+    return out.stdout
+
+
+def test_the_benchmark_reports_a_small_run(require_docker: None) -> None:
+    text = _bench("--steps", "2", "--episodes", "8", "--pool", "2")
     assert "8 episodes at once (2 groups of 4), 2 warm containers, 2 steps" in text
     for label in ("idle, 8 callers at once", "idle, one caller", "during training"):
         assert label in text
@@ -50,16 +54,7 @@ def test_the_benchmark_runs_a_tool_python_recipe(require_docker: None, tmp_path:
         "rollout: {group_size: 2, sampling: {max_new_tokens: 8}}\n"
         "trainer: {num_groups: 2}\n"
     )
-    argv = [sys.executable, str(SCRIPT), "--config", str(recipe), "--model", "tiny"]
-    out = subprocess.run(
-        [*argv, "--steps", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    text = out.stdout
+    text = _bench("--config", str(recipe), "--model", "tiny", "--steps", "1")
     assert f"4 episodes at once, 2 warm containers, 1 steps of {recipe} from tiny (hf" in text
     assert "idle, 4 callers at once" in text and "during training" in text
     assert "tool calls: in " in text and "env_error rate: 0.0000" in text
