@@ -47,11 +47,12 @@ def require_services(env: str, kwargs: dict[str, Any] | None = None) -> None:
     """Stop (exit code 1), before a model loads or anything is written, when `env` runs its
     tool in a Docker sandbox (its registration `requires` docker) and no daemon answers or
     the sandbox image is missing; the message says how to start Docker. An env given
-    `sandbox_config: {backend: local}` (bubblewrap) needs no Docker."""
+    `sandbox_config: {backend: local}` (bubblewrap), or arguments its registration's
+    `requires_unless` names (tool-python's `tool: false`), needs no Docker."""
     from agentrl.envs.registry import UnknownEnvError, spec
 
     try:
-        requires = spec(env).requires
+        requires = spec(env).services(kwargs)
     except UnknownEnvError:
         return
     sandbox = dict((kwargs or {}).get("sandbox_config") or {})

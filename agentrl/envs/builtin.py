@@ -62,6 +62,7 @@ register(
     "agentrl.envs.tool.env:PythonToolEnv",
     source="agentrl",
     requires=("docker",),
+    requires_unless={"tool": False},  # the no-tool control runs no code
     summary="Counting, products, range sums (tasks=[...]) with a sandboxed Python tool (Hermes/Qwen2.5 tool calls).",
 )
 register(

@@ -50,6 +50,22 @@ class EnvSpec:
     """Services the env needs at run time, e.g. `("docker",)`; tests skip it only without them."""
     summary: str = ""
     """One-line description; when empty, the first docstring line of the entry point."""
+    requires_unless: dict[str, Any] = field(default_factory=dict)
+    """Arguments under which the env needs none of `requires`, e.g. `{"tool": False}`."""
+
+    def services(self, kwargs: dict[str, Any] | None = None) -> tuple[str, ...]:
+        """The services `make(name, **kwargs)` needs: `requires`, or none when `kwargs`
+        holds one of the `requires_unless` arguments.
+
+        >>> s = EnvSpec("x", "m:C", requires=("docker",), requires_unless={"tool": False})
+        >>> s.services(), s.services({"tool": False}), s.services({"tool": True})
+        (('docker',), (), ('docker',))
+        """
+        kwargs = kwargs or {}
+        for key, value in self.requires_unless.items():
+            if key in kwargs and kwargs[key] == value:
+                return ()
+        return self.requires
 
     @property
     def description(self) -> str:
@@ -81,20 +97,30 @@ def register(
     *,
     source: str = "user",
     requires: tuple[str, ...] = (),
+    requires_unless: dict[str, Any] | None = None,
     summary: str = "",
     **defaults: Any,
 ) -> None:
     """Register `entry_point` (a class, a factory or `"module:Class"`) under `name`.
 
     Keyword arguments become defaults that `make(name, **kwargs)` can override. `requires`
-    names services the env needs (`("docker",)`); `summary` is the line `agentrl envs list`
+    names services the env needs (`("docker",)`), and `requires_unless` the arguments under
+    which it needs none (`{"tool": False}`); `summary` is the line `agentrl envs list`
     shows (without it, listing imports the entry point to read its docstring).
     """
     if not name or ":" in name:
         raise ValueError(f"env name {name!r} must be non-empty and contain no ':'")
     if isinstance(requires, str):
         requires = (requires,)
-    _REGISTRY[name] = EnvSpec(name, entry_point, dict(defaults), source, tuple(requires), summary)
+    _REGISTRY[name] = EnvSpec(
+        name,
+        entry_point,
+        dict(defaults),
+        source,
+        tuple(requires),
+        summary,
+        dict(requires_unless or {}),
+    )
     _register_with_gymnasium(name)
 
 

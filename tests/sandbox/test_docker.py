@@ -280,3 +280,20 @@ def test_an_env_on_the_local_sandbox_needs_no_docker(monkeypatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     require_services("tool-python", {"sandbox_config": {"backend": "local"}})  # no exit
     require_services("tool-calc")
+    require_services("tool-python", {"tool": False})
+
+
+def test_the_no_tool_control_trains_without_docker(monkeypatch, tmp_path) -> None:
+    """`tool: false` offers no tool, so nothing runs in the sandbox: no daemon is asked for."""
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    argv = ["train", "--env", "tool-python", "--model", "tiny", "--steps", "1"]
+    argv += ["--set", "env.kwargs.tool=false", "--set", "trainer.num_groups=1"]
+    argv += ["--set", "rollout.group_size=2", "--run-dir", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    assert "Docker" not in result.output
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
