@@ -45,6 +45,17 @@ def _processes(owner: int) -> dict[int, tuple[int, str]]:
     return found
 
 
+def _state(pid: int) -> str:
+    """What a process that outlived the deadline is doing: its state and pending signals (a
+    SIGKILL pending on a process in state D means the kernel has not finished ending it)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "gone"
+    keep = ("State:", "PPid:", "SigPnd:", "ShdPnd:", "VmRSS:")
+    return "; ".join(" ".join(line.split()) for line in status if line.startswith(keep))
+
+
 def test_engine_processes_end_with_their_owner(tiny_model_path: Path) -> None:
     ways = ("exit", "SIGTERM", "SIGKILL")
     owners = {
@@ -99,7 +110,12 @@ def test_engine_processes_end_with_their_owner(tiny_model_path: Path) -> None:
         for how, procs in children.items():
             print(f"{how}: seconds from the owner's end to each process's: {gone[how]}")
             late = {key: s for key, s in gone[how].items() if s > DEADLINE_S}
-            assert len(gone[how]) == len(procs) and not late, (how, gone[how])
+            alive = {
+                f"{name.rsplit('/', 1)[-1]} {pid}": _state(pid)
+                for pid, (start, name) in procs.items()
+                if running(pid, start)
+            }
+            assert len(gone[how]) == len(procs) and not late, (how, gone[how], alive)
     finally:
         for owner in owners.values():
             if owner.poll() is None:
