@@ -50,27 +50,28 @@ def _processes(owner: int) -> dict[int, tuple[int, str]]:
     return found
 
 
-def _state(pid: int) -> str:
-    """What a process that outlived the deadline is doing: its state and pending signals (a
-    SIGKILL pending on a process in state D means the kernel has not finished ending it)."""
+def _status(pid: int) -> dict[str, str]:
+    """The fields of /proc/PID/status (empty once the process is gone)."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
-        return "gone"
-    keep = ("State:", "PPid:", "SigPnd:", "ShdPnd:", "VmRSS:")
-    return "; ".join(" ".join(line.split()) for line in status if line.startswith(keep))
+        return {}
+    return {key: " ".join(value.split()) for key, _, value in (x.partition(":") for x in lines)}
+
+
+def _state(pid: int) -> str:
+    """What a process that outlived the deadline is doing: its state, parent, pending signals
+    and memory."""
+    status = _status(pid)
+    keep = ("State", "PPid", "SigPnd", "ShdPnd", "VmRSS")
+    return "; ".join(f"{k}: {status[k]}" for k in keep if k in status) or "gone"
 
 
 def _kill_pending(pid: int) -> bool:
     """Whether `pid` has a SIGKILL pending: it has been killed and the kernel is ending it."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return False
+    status = _status(pid)
     bit = 1 << (signal.SIGKILL - 1)
-    return any(
-        int(line.split()[1], 16) & bit for line in status if line.startswith(("SigPnd:", "ShdPnd:"))
-    )
+    return any(int(status.get(k, "0"), 16) & bit for k in ("SigPnd", "ShdPnd"))
 
 
 def test_engine_processes_end_with_their_owner(tiny_model_path: Path) -> None:
