@@ -97,3 +97,16 @@ def test_tool_use_and_breakdown_by_task() -> None:
     assert "tool use: a tool call in 0.0% of episodes\n" in text and "nan" not in text
     plain = evaluation_metrics([_episode(True), _episode(False)])
     assert not any(k.startswith(("tool_", "success_task_")) for k in plain)
+
+
+def test_an_env_that_offers_no_tool_prints_no_tool_use() -> None:
+    """tool-python's no-tool control counts calls (0) but offers no tool (`tools: []`): its
+    evaluation says nothing of tool use rather than "a tool call in 0.0% of episodes"."""
+    from agentrl.cli.eval import result_lines
+
+    control = _tool_episode("product", False)
+    control.reset_info["tools"] = []
+    m = evaluation_metrics([control])
+    assert not any(k.startswith("tool_") for k in m)
+    text = result_lines(m, env="tool-python", temperature=0.5, seed_offset=0)
+    assert "tool use" not in text and "by task: product" in text
