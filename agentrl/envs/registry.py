@@ -115,11 +115,11 @@ def register(
     _REGISTRY[name] = EnvSpec(
         name,
         entry_point,
-        dict(defaults),
-        source,
-        tuple(requires),
-        summary,
-        dict(requires_unless or {}),
+        defaults=dict(defaults),
+        source=source,
+        requires=tuple(requires),
+        summary=summary,
+        requires_unless=dict(requires_unless or {}),
     )
     _register_with_gymnasium(name)
 

@@ -472,13 +472,16 @@ class Trainer:
                 100 * metrics.get("rollout/parse_failure_rate", 0.0),
             )
         if warn and "no_reward_variance" in fired:
+            success = metrics.get("success_rate", float("nan"))
             log.warning(
                 "step %d: for %d steps no group's episodes differed in reward, so there was "
-                "little or nothing to learn from (success %.2f); if every episode fails, restart "
-                "from an earlier checkpoint with a lower lr",
+                "little or nothing to learn from (success %.2f); %s",
                 step,
                 self.collapse.steps_without_variance,
-                metrics.get("success_rate", float("nan")),
+                success,
+                _no_variance_advice(
+                    success, since_start=self.collapse.steps_without_variance >= step
+                ),
             )
         return {"collapse_warning": float(warn), "collapse/num_signals": float(len(fired))}
 
@@ -531,3 +534,21 @@ def _running_std(stats: list[float]) -> float:
     """The std of the values behind Welford `stats` (1 until there are two, at least 1e-3)."""
     count, _, m2 = stats
     return max((m2 / count) ** 0.5, 1e-3) if count >= 2 else 1.0
+
+
+def _no_variance_advice(success: float, *, since_start: bool) -> str:
+    """What to do about a run whose groups stopped differing in reward.
+
+    >>> _no_variance_advice(1.0, since_start=False)
+    'every episode succeeds: these tasks have nothing left to teach'
+    >>> _no_variance_advice(0.0, since_start=True).split(":")[0]
+    "no group has differed since the run's first step"
+    """
+    if success >= 1.0:
+        return "every episode succeeds: these tasks have nothing left to teach"
+    if since_start:
+        return (
+            "no group has differed since the run's first step: warm-start the model "
+            "(`warm_start`), or give it easier tasks or larger groups (`rollout.group_size`)"
+        )
+    return "if every episode fails, restart from an earlier checkpoint with a lower lr"

@@ -128,6 +128,7 @@ def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, 
     assert caplog.text.count("99% of the answers did not parse") == 19
     assert caplog.text.count("no group's episodes differed in reward") == 10  # from the 10th step
     assert "Echo Trap" not in caplog.text  # what the relative signals alone would have said
+    assert caplog.text.count("since the run's first step: warm-start the model") == 10
     resumed = CollapseDetector(CollapseConfig())
     resumed.load_state(state)
     assert resumed.update(reward_std=0.0, entropy=0.001, grad_norm=0.0) == (
@@ -135,6 +136,32 @@ def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, 
         ["no_reward_variance"],
     )
     assert resumed.update(reward_std=0.5, entropy=0.1, grad_norm=1.0)[1] == []  # variance: reset
+
+
+def test_a_run_whose_groups_stop_differing_is_told_to_go_back_not_to_warm_start(
+    tmp_path, caplog
+) -> None:
+    """The no-variance advice depends on the run's history: a run that learned and then stopped
+    differing is told to restart from a checkpoint, and one where every episode succeeds is told
+    that there is nothing left to learn, not to warm-start."""
+    trainer = Trainer(_cfg("grpo"), tmp_path)
+    varied = {"reward/in_group_std": 0.5, "actor/entropy": 1.0, "actor/grad_norm": 1.0}
+    failing = {"reward/in_group_std": 0.0, "actor/entropy": 1.0, "actor/grad_norm": 1.0}
+    try:
+        with caplog.at_level("WARNING"):
+            for step in range(1, 6):
+                trainer._collapse_check(step, varied | {"success_rate": 0.5})
+            for step in range(6, 16):
+                trainer._collapse_check(step, failing | {"success_rate": 0.0})
+            failed = caplog.text
+            caplog.clear()
+            for step in range(16, 26):
+                trainer._collapse_check(step, failing | {"success_rate": 1.0})
+    finally:
+        trainer.close()
+    assert failed.count("restart from an earlier checkpoint with a lower lr") == 1  # step 15
+    assert "warm-start" not in failed
+    assert caplog.text.count("every episode succeeds: these tasks have nothing left") == 10
 
 
 def test_single_update_shortcut_matches_explicit_scoring(tmp_path, monkeypatch) -> None:
