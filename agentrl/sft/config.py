@@ -34,8 +34,10 @@ class SFTConfig(ExpertSFTConfig):
     """Validation episodes after training (fixed seeds from `eval_seed_offset`); 0 skips."""
     eval_temperature: float = Field(default=0.5, ge=0)
     """Sampling temperature of the validation episodes."""
-    eval_max_new_tokens: int = Field(default=64, gt=0)
-    """Ids sampled per validation turn."""
+    eval_max_new_tokens: int = Field(default=256, gt=0)
+    """Ids sampled per validation turn; the model folder keeps it as the turn length
+    `agentrl eval --model` uses. The default is `rollout.sampling.max_new_tokens`'s, which a
+    tool call with a program fits in."""
     eval_seed_offset: int = Field(default=1_000_000, ge=0)
     """First validation seed (the same seeds `agentrl train` and `agentrl eval` use)."""
     seed: int = 0

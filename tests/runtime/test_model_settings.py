@@ -59,6 +59,15 @@ def test_sft_config_settings() -> None:
     assert settings.max_new_tokens == 9 and settings.max_turns is None
 
 
+def test_an_sft_model_plays_with_the_turn_length_an_rl_run_samples() -> None:
+    """A stand-alone `agentrl sft` folder is evaluated with the rollout's default turn length,
+    so a tool-python `count` program (past 64 ids) is not cut where an RL run's is not."""
+    from agentrl.rollout.config import SamplingConfig
+
+    settings = ModelSettings.from_config(SFTConfig(env={"name": "tool-python"}))
+    assert settings.max_new_tokens == SamplingConfig().max_new_tokens
+
+
 def _run_dir(root: Path) -> Path:
     """A run directory as `agentrl train` leaves it: config.yaml, metrics, a warm start and a
     checkpoint, none of whose model folders has a settings file (written before it existed)."""
