@@ -548,7 +548,8 @@ def _no_variance_advice(success: float, *, since_start: bool) -> str:
         return "every episode succeeds: these tasks have nothing left to teach"
     if since_start:
         return (
-            "no group has differed since the run's first step: warm-start the model "
-            "(`warm_start`), or give it easier tasks or larger groups (`rollout.group_size`)"
+            "no group has differed since the run's first step: a warm start (`warm_start`), "
+            "easier tasks, larger groups (`rollout.group_size`) or a higher "
+            "`rollout.sampling.temperature` give its groups both successes and failures"
         )
     return "if every episode fails, restart from an earlier checkpoint with a lower lr"

@@ -128,7 +128,7 @@ def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, 
     assert caplog.text.count("99% of the answers did not parse") == 19
     assert caplog.text.count("no group's episodes differed in reward") == 10  # from the 10th step
     assert "Echo Trap" not in caplog.text  # what the relative signals alone would have said
-    assert caplog.text.count("since the run's first step: warm-start the model") == 10
+    assert caplog.text.count("since the run's first step: a warm start") == 10
     resumed = CollapseDetector(CollapseConfig())
     resumed.load_state(state)
     assert resumed.update(reward_std=0.0, entropy=0.001, grad_norm=0.0) == (
@@ -160,7 +160,7 @@ def test_a_run_whose_groups_stop_differing_is_told_to_go_back_not_to_warm_start(
     finally:
         trainer.close()
     assert failed.count("restart from an earlier checkpoint with a lower lr") == 1  # step 15
-    assert "warm-start" not in failed
+    assert "a warm start" not in failed
     assert caplog.text.count("every episode succeeds: these tasks have nothing left") == 10
 
 
