@@ -105,8 +105,8 @@ class Trajectory:
 
 def tool_use_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """How episodes used their tools, when their turns count tool calls (`info["tool_calls"]`
-    and `info["tool_errors"]`, as tool envs report them); empty for other envs, and for
-    episodes offered no tool (`reset_info["tools"] == []`, e.g. tool-python's `tool: false`).
+    and `info["tool_errors"]`, as tool envs that offer a tool report them); empty for other
+    envs.
 
     `tool_call_rate`: the share of episodes with at least one call; `tool_ok_rate`, when the
     turns also count `tool_errors`: the share of calls that ran without error (a program that
@@ -118,16 +118,8 @@ def tool_use_stats(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     ...     return Trajectory([], turns, "tool-python", 0, 0)
     >>> tool_use_stats([episode((2, 1), (0, 0)), episode((0, 0))])
     {'tool_call_rate': 0.5, 'tool_ok_rate': 0.5}
-    >>> no_tool = episode((0, 0))
-    >>> no_tool.reset_info["tools"] = []
-    >>> tool_use_stats([no_tool])
-    {}
     """
-    counted = [
-        t
-        for t in trajectories
-        if t.reset_info.get("tools") != [] and any("tool_calls" in turn.info for turn in t.turns)
-    ]
+    counted = [t for t in trajectories if any("tool_calls" in turn.info for turn in t.turns)]
     if not counted:
         return {}
     calls = [sum(turn.info.get("tool_calls", 0) for turn in t.turns) for t in counted]

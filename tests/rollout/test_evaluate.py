@@ -100,12 +100,16 @@ def test_tool_use_and_breakdown_by_task() -> None:
 
 
 def test_an_env_that_offers_no_tool_prints_no_tool_use() -> None:
-    """tool-python's no-tool control counts calls (0) but offers no tool (`tools: []`): its
-    evaluation says nothing of tool use rather than "a tool call in 0.0% of episodes"."""
+    """tool-python's no-tool control offers no tool: its evaluation says nothing of tool use
+    rather than "a tool call in 0.0% of episodes"."""
     from agentrl.cli.eval import result_lines
+    from agentrl.envs.tool.env import PythonToolEnv
 
-    control = _tool_episode("product", False)
-    control.reset_info["tools"] = []
+    env = PythonToolEnv(tasks=["product"], tool=False)
+    _, reset_info = env.reset(seed=0)
+    *_, info = env.step("<answer>1</answer>")
+    turn = Turn(1, "<answer>1</answer>", "stop", 0, info=info)
+    control = Trajectory([], [turn], "tool-python", seed=0, group_id=0, reset_info=reset_info)
     m = evaluation_metrics([control])
     assert not any(k.startswith("tool_") for k in m)
     text = result_lines(m, env="tool-python", temperature=0.5, seed_offset=0)

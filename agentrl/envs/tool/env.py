@@ -113,13 +113,19 @@ class ToolEnv(TokenEnv):
                     }
                 )
             last = self.turn >= self.max_turns
-            info: dict[str, Any] = {"tool_calls": len(calls), "tool_errors": errors}
+            info: dict[str, Any] = self._tool_counts(len(calls), errors)
             if last:
                 info["success"] = False
             return messages, 0.0, last, False, info
         reward, success = self.score(parse_answer(action))
-        info = {"success": success, "tool_calls": 0, "tool_errors": 0}
+        info = {"success": success, **self._tool_counts(0, 0)}
         return "Episode finished.", reward, True, False, info
+
+    def _tool_counts(self, calls: int, errors: int) -> dict[str, int]:
+        """The step info's `tool_calls` and `tool_errors` (what `tool_use_stats` reads); none
+        when the env offers no tool (tool-python's `tool=False`), whose episodes then report
+        no tool use rather than 0%."""
+        return {"tool_calls": calls, "tool_errors": errors} if self.toolset else {}
 
 
 class CalculatorEnv(ToolEnv):
