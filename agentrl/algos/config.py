@@ -5,7 +5,8 @@ Named presets (`agentrl/algos/presets/*.yaml`) fill it in; see `docs/algorithms.
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,6 +21,70 @@ AlgoName = Literal["grpo", "rloo", "reinforce++", "ppo", "gigpo", "rft", "expert
 import torch. A test checks that the two lists agree."""
 
 _ESTIMATORS = {"ppo": "gae", "rft": "imitation", "expert-iteration": "imitation"}
+
+_COMMON_KEYS = frozenset(
+    {
+        "name",
+        "loss_agg",
+        "kl_coef",
+        "kl_kind",
+        "entropy_coef",
+        "filter_keep_ratio",
+        "filter_min_std",
+        "ppo_epochs",
+        "num_mini_batches",
+    }
+)
+"""The keys every algorithm reads: its loss's aggregation, KL and entropy terms, the
+StarPO-S filter and the number of optimizer steps per rollout."""
+_CLIP_KEYS = _COMMON_KEYS | {
+    "reward_level",
+    "clip_eps_low",
+    "clip_eps_high",
+    "dual_clip_c",
+    "tis_cap",
+}
+"""The keys of the policy-gradient algorithms besides: rewards per trajectory or per turn, the
+PPO clip and the sampler correction (imitation has neither: plain NLL)."""
+
+_ALGO_KEYS: dict[str, frozenset[str]] = {
+    "grpo": _CLIP_KEYS | {"turn_gamma", "scale_by_std", "std_floor"},
+    "rloo": _CLIP_KEYS | {"turn_gamma"},
+    "reinforce++": _CLIP_KEYS | {"gamma"},
+    "ppo": _CLIP_KEYS | {"gamma", "lam", "critic_warmup_steps", "value_clip_eps"},
+    "gigpo": _CLIP_KEYS | {"turn_gamma", "scale_by_std", "step_weight"},
+    "rft": _COMMON_KEYS,
+    "expert-iteration": _COMMON_KEYS | {"search_beam", "search_easy_keep", "search_label_tau"},
+}
+"""The `algo.*` keys each algorithm reads (the others do nothing in its runs)."""
+
+
+def algo_keys(name: str) -> frozenset[str]:
+    """The `algo.*` keys (without the section) that algorithm `name` reads; every key for a
+    name that is not an algorithm (validation names the error).
+
+    >>> sorted(algo_keys("ppo") - algo_keys("grpo"))
+    ['critic_warmup_steps', 'gamma', 'lam', 'value_clip_eps']
+    """
+    return _ALGO_KEYS.get(name, frozenset(AlgoConfig.model_fields))
+
+
+def unread_keys_message(name: str, unread: dict[str, Any]) -> str:
+    """Why keys set for a run of algorithm `name` are refused: each key and its value, the
+    keys `name` reads, and a did-you-mean (a key of `name` spelled alike, or the algorithms
+    that read the key)."""
+    reads = sorted(algo_keys(name) - {"name"})
+    lines = []
+    for key, value in unread.items():
+        hints = difflib.get_close_matches(key, reads, n=1, cutoff=0.6)
+        readers = [n for n, keys in _ALGO_KEYS.items() if key in keys]
+        near = [f"algo.{k}" for k in hints]
+        if readers:
+            near.append(f"algo.name: {' or '.join(readers)}")
+        hint = f"; did you mean {', or '.join(near)}?" if near else ""
+        lines.append(f"algo.{key} = {value!r} does nothing with algo.name: {name}{hint}")
+    lines.append(f"algo.name {name} reads: {', '.join(f'algo.{k}' for k in reads)}")
+    return "\n    ".join(lines)
 
 
 class AlgoConfig(BaseModel):
@@ -117,21 +182,13 @@ class AlgoConfig(BaseModel):
     def _check_combinations(self) -> AlgoConfig:
         if self.name == "gigpo" and self.reward_level != "turn":
             raise ValueError("algo.name gigpo needs algo.reward_level: turn (it credits steps)")
-        acts_only = {
-            "critic_warmup_steps": ("ppo",),
-            "step_weight": ("gigpo",),
-            "search_beam": ("expert-iteration",),
-            "search_easy_keep": ("expert-iteration",),
-            "search_label_tau": ("expert-iteration",),
-        }
-        for key, names in acts_only.items():
-            if key in self.model_fields_set and self.name not in names:
-                default = type(self).model_fields[key].default
-                if getattr(self, key) != default:
-                    raise ValueError(
-                        f"algo.{key} acts only with algo.name: {' or '.join(names)} "
-                        f"(this run's algorithm is {self.name!r}); remove it"
-                    )
+        unread = [
+            key
+            for key in sorted(self.model_fields_set - algo_keys(self.name))
+            if getattr(self, key) != type(self).model_fields[key].default
+        ]
+        if unread:
+            raise ValueError(unread_keys_message(self.name, {k: getattr(self, k) for k in unread}))
         return self
 
     @property

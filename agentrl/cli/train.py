@@ -87,6 +87,40 @@ def env_rl_pace(env: str) -> float | None:
     return None if pace is None else float(pace)
 
 
+def _preset_for(preset: str | None, env_preset: str | None, user_algo: str | None) -> str | None:
+    """The preset of a run: `--preset`; else, when the user's file or flags name no
+    algorithm, the env's preset (else `grpo`); else the env's preset if it runs that
+    algorithm, the preset of the algorithm's name if there is one, or none (the algorithm's
+    config defaults)."""
+    from agentrl.algos.presets import list_presets, load_preset
+
+    if preset is not None:
+        return preset
+    if user_algo is None:
+        return env_preset or DEFAULT_PRESET
+    if env_preset is not None and load_preset(env_preset)["algo"].get("name") == user_algo:
+        return env_preset
+    return user_algo if user_algo in list_presets() else None
+
+
+def _drop_unread_algo_keys(tree: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """`tree` without the `algo.*` keys that algorithm `name` (the run's) does not read: a
+    lower layer's keys for another algorithm (say the Sokoban recipe's `search_beam`) do
+    nothing in this run and must not block it."""
+    from agentrl.algos.config import AlgoConfig, algo_keys
+
+    algo = tree.get("algo")
+    if not isinstance(algo, dict):
+        return tree
+    reads = algo_keys(name or AlgoConfig.model_fields["name"].default)
+    return {**tree, "algo": {k: v for k, v in algo.items() if k in reads}}
+
+
+def _section(tree: dict[str, Any], section: str) -> dict[str, Any]:
+    value = tree.get(section)
+    return value if isinstance(value, dict) else {}
+
+
 def resolve_train_config(
     *,
     config_file: Path | None,
@@ -99,38 +133,39 @@ def resolve_train_config(
     preset < `-c FILE` < command-line flags < `--set`.
 
     The env's defaults (`defaults/cpu-<env>.yaml`, e.g. Sokoban's warm start) apply to the env
-    the other layers name; its `preset:` is used when `--preset` is not given, and its
-    `presets: {NAME: {...}}` section holds keys that only runs under preset NAME take (say
-    the rooms a step that let a critic fit).
+    the other layers name; its `presets: {NAME: {...}}` section holds keys that only runs
+    under preset NAME take (say the rooms a step that let a critic fit).
+
+    The preset is `--preset`. Without it, a file or flag that names the algorithm
+    (`algo.name`) picks the env's preset if that runs the same algorithm, else the preset of
+    the algorithm's name (`--set algo.name=ppo` is `--preset ppo`, the env's keys for it
+    included), else none; the env's preset, or `grpo`, when nothing names one. So the keys the
+    env's preset sets besides `algo:` (Sokoban's rooms a step and lr for expert iteration) do
+    not follow a switch to another algorithm.
+
+    The lower layers' `algo.*` keys that the run's algorithm does not read are dropped (the
+    Sokoban recipe's `search_beam` in a `grpo` run); such a key set in the file, a flag or
+    `--set` is refused (`AlgoConfig`), naming the keys the algorithm reads.
+
     `base_file` (a resumed run's config.yaml) replaces all defaults and the preset.
     """
     import yaml
-    from pydantic import BaseModel, ConfigDict, Field
 
     from agentrl.algos.presets import list_presets, load_preset
     from agentrl.config import EnvConfig, _deep_merge, load_config
-
-    class _EnvOnly(BaseModel):
-        """The `env` section of an unvalidated config tree (the rest is ignored)."""
-
-        model_config = ConfigDict(extra="ignore")
-        env: dict[str, Any] = Field(default_factory=dict)
+    from agentrl.runtime.config import config_tree
 
     flag_overrides = [f"{k}={v}" for k, v in flags.items() if v is not None]
     typed = {f"{k}={v}": _as_typed(k, v) for k, v in flags.items() if v is not None}
+    user_overrides = flag_overrides + list(overrides)
+    user, _ = config_tree(config_file, user_overrides, typed=typed)
+    user_algo = _section(user, "algo").get("name")
     if base_file is not None:
         base = yaml.safe_load(Path(base_file).read_text()) or {}
-        return load_config(config_file, flag_overrides + list(overrides), base=base, typed=typed)
+        base = _drop_unread_algo_keys(base, user_algo or _section(base, "algo").get("name"))
+        return load_config(config_file, user_overrides, base=base, typed=typed)
     cpu = yaml.safe_load((DEFAULTS / "cpu.yaml").read_text())
-    # The env is known once the layers are merged; its defaults and preset then go under the
-    # others. The first merge is not validated: it may hold an override (say
-    # `algo.name=gigpo` under a preset with turn rewards) that only the env's preset
-    # makes valid.
-    layers = _deep_merge(cpu, load_preset(preset or DEFAULT_PRESET))
-    first = load_config(
-        config_file, flag_overrides + list(overrides), base=layers, model=_EnvOnly, typed=typed
-    )
-    env_name = first.env.get("name") or EnvConfig().name
+    env_name = _section(user, "env").get("name") or EnvConfig().name
     env_tree, env_preset = env_defaults(env_name)
     env_tree = dict(env_tree)
     by_preset = env_tree.pop("presets", None) or {}
@@ -139,10 +174,13 @@ def resolve_train_config(
         raise ValueError(
             f"the {env_name} defaults name unknown presets under `presets:`: {unknown}"
         )
-    chosen = preset or env_preset or DEFAULT_PRESET
-    base = _deep_merge(_deep_merge(cpu, env_tree), load_preset(chosen))
-    base = _deep_merge(base, by_preset.get(chosen) or {})
-    return load_config(config_file, flag_overrides + list(overrides), base=base, typed=typed)
+    chosen = _preset_for(preset, env_preset, user_algo)
+    base = _deep_merge(cpu, env_tree)
+    if chosen is not None:
+        base = _deep_merge(base, load_preset(chosen))
+        base = _deep_merge(base, by_preset.get(chosen) or {})
+    base = _drop_unread_algo_keys(base, user_algo or _section(base, "algo").get("name"))
+    return load_config(config_file, user_overrides, base=base, typed=typed)
 
 
 def _default_run_dir(cfg: Any) -> Path:

@@ -241,31 +241,27 @@ def _format_errors(
             else:
                 hint = ""
             lines.append(f"  {loc}: unknown key (value {value!r}){hint}")
+        elif e["type"] == "value_error" and isinstance(value, dict):
+            # a section's own check (a model validator): its message, which names its keys,
+            # not the whole section
+            lines.append(f"  {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"  {loc} = {value!r}: {e['msg']}")
     return f"invalid config ({origin}):\n" + "\n".join(lines)
 
 
-def load_config(
+def config_tree(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     *,
     base: dict[str, Any] | None = None,
-    model: type[BaseModel],
     typed: dict[str, str] | None = None,
-) -> Any:
-    """Build a config from `base`, then a YAML file, then `key.path=value` overrides.
-
-    An error's header names the file and each override as the user typed it: `--set ITEM`,
-    or `typed[ITEM]` for one a command-line flag set (`env.name=sokoban` -> `--env sokoban`).
-
-    An unknown key that the model lists in its `retired_keys` (a class attribute: old dotted
-    key -> what to write instead) is reported with that hint.
-    """
-    tree: dict[str, Any] = {}
+) -> tuple[dict[str, Any], list[str]]:
+    """The unvalidated config tree of `base`, then a YAML file, then `key.path=value`
+    overrides, and where its layers came from (the file, each override as the user typed it:
+    `--set ITEM`, or `typed[ITEM]` for one a command-line flag set)."""
+    tree = _deep_merge({}, base or {})
     origins = []
-    for source in (base or {},):
-        tree = _deep_merge(tree, source)
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -284,6 +280,26 @@ def load_config(
             raise ConfigError(f"--set {item!r}: expected key.path=value")
         _set_dotted(tree, key.strip(), _parse_value(value))
         origins.append((typed or {}).get(item, f"--set {item}"))
+    return tree, origins
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    base: dict[str, Any] | None = None,
+    model: type[BaseModel],
+    typed: dict[str, str] | None = None,
+) -> Any:
+    """Build a config from `base`, then a YAML file, then `key.path=value` overrides.
+
+    An error's header names the file and each override as the user typed it: `--set ITEM`,
+    or `typed[ITEM]` for one a command-line flag set (`env.name=sokoban` -> `--env sokoban`).
+
+    An unknown key that the model lists in its `retired_keys` (a class attribute: old dotted
+    key -> what to write instead) is reported with that hint.
+    """
+    tree, origins = config_tree(path, overrides, base=base, typed=typed)
     try:
         return model.model_validate(tree)
     except ValidationError as e:

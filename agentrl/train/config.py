@@ -205,7 +205,11 @@ class TrainConfig(_Section):
             }
             missing = [k for k, ok in needs.items() if not ok]
             if missing:
-                raise ValueError("algo.name expert-iteration needs " + ", ".join(missing))
+                raise ValueError(
+                    "algo.name expert-iteration needs "
+                    + ", ".join(missing)
+                    + "; for another algorithm, name it (--preset NAME, or algo.name)"
+                )
         return self
 
     def model_settings(self) -> ModelSettings:

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentrl.algos.base import ALGORITHMS, algorithm_class
-from agentrl.algos.config import AlgoConfig, AlgoName
+from agentrl.algos.config import AlgoConfig, AlgoName, algo_keys
 from agentrl.algos.presets import (
     UnknownPresetError,
     list_presets,
@@ -83,6 +83,28 @@ def test_keys_of_one_algorithm_are_rejected_elsewhere(key, value, owner) -> None
     with pytest.raises(ValueError, match=f"algo.{key}"):
         AlgoConfig(name="grpo", **{key: value})
     assert getattr(AlgoConfig(name=owner, **{key: value}), key) == value
+
+
+def test_a_key_the_algorithm_does_not_read_names_what_it_reads() -> None:
+    with pytest.raises(ValueError, match="algo.lam") as err:
+        AlgoConfig(name="grpo", lam=0.5)
+    message = str(err.value)
+    assert "algo.name: ppo" in message  # the algorithm that reads it
+    assert "algo.scale_by_std" in message and "algo.turn_gamma" in message  # what grpo reads
+    with pytest.raises(ValueError, match="did you mean algo.turn_gamma"):
+        AlgoConfig(name="rloo", gamma=0.9)
+    with pytest.raises(ValueError, match="algo.clip_eps_high"):  # imitation does not clip
+        AlgoConfig(name="rft", clip_eps_high=0.28)
+    # at its default a key does nothing either way (a whole --print-config copied as a file)
+    assert AlgoConfig(name="grpo", lam=1.0, search_beam=8).lam == 1.0
+
+
+def test_every_algorithm_reads_keys_of_the_config() -> None:
+    for name in get_args(AlgoName):
+        keys = algo_keys(name)
+        assert {"name", "loss_agg", "kl_coef"} <= keys <= set(AlgoConfig.model_fields), name
+    read_by_some = set().union(*(algo_keys(n) for n in get_args(AlgoName)))
+    assert read_by_some == set(AlgoConfig.model_fields)  # no key that nothing reads
 
 
 def test_all_presets_ship_and_validate() -> None:

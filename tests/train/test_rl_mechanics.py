@@ -302,10 +302,18 @@ def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted(monkeypat
     )
     assert (cfg.algo.name, cfg.algo.reward_level) == ("gigpo", "turn")
     assert cfg.warm_start.expert == "solver"  # the env's defaults still apply
-    with pytest.raises(ConfigError, match="reward_level"):  # an env without them: still refused
+    # an env without them: naming gigpo picks the gigpo preset, whose turn rewards make it valid
+    cfg = resolve_train_config(
+        config_file=None,
+        overrides=["algo.name=gigpo"],
+        preset=None,
+        flags={"env.name": "guess_number"},
+    )
+    assert (cfg.algo.name, cfg.algo.reward_level) == ("gigpo", "turn")
+    with pytest.raises(ConfigError, match="reward_level"):  # the user's own trajectory: refused
         resolve_train_config(
             config_file=None,
-            overrides=["algo.name=gigpo"],
+            overrides=["algo.name=gigpo", "algo.reward_level=trajectory"],
             preset=None,
             flags={"env.name": "guess_number"},
         )
