@@ -68,11 +68,42 @@ def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
     )
     lines = [f"plan ({len(phases)} phase{'s' if len(phases) > 1 else ''}):"]
     lines += [f"  {i}. {p}" for i, p in enumerate(phases, 1)]
+    lines += recipe_lines(cfg)
     turns_text = turns if turns is not None else "the env's own"
     lines.append(f"turns per episode: {turns_text} ({origin})")
     if resume:
         lines.append(f"resuming {run_dir}: finished phases are not run again")
     lines.append(f"stop: Ctrl-C or SIGTERM; continue with: agentrl train --resume {run_dir}")
+    return lines
+
+
+def recipe_lines(cfg: Any) -> list[str]:
+    """Which of the env's measured recipes the run stands on, its result, and the model it
+    was measured with when the run's model is another.
+
+    >>> from agentrl.cli.train import resolve_train_config
+    >>> def cfg(model):
+    ...     flags = {"env.name": "sokoban", "model.name": model}
+    ...     return resolve_train_config(config_file=None, overrides=[], preset=None, flags=flags)
+    >>> recipe_lines(cfg("tiny"))[0][:30]
+    'recipe: agentrl/train/defaults'
+    >>> recipe_lines(cfg("Qwen/Qwen2.5-0.5B-Instruct"))[1]
+    'recipe measured with smollm2-135m, not Qwen/Qwen2.5-0.5B-Instruct: its sizes and lr may not suit this model'
+    """
+    from agentrl.cli.train import env_recipe, env_recipe_model, recipe_path
+
+    path = recipe_path(cfg.env.name, cfg.model.name)
+    result = env_recipe(cfg.env.name, cfg.model.name)
+    if path is None or result is None:
+        return []
+    shown = f"agentrl/train/defaults/{path.name}"
+    lines = [f"recipe: {shown} ({result})"]
+    measured = env_recipe_model(cfg.env.name, cfg.model.name)
+    if measured is not None and measured != cfg.model.name:
+        lines.append(
+            f"recipe measured with {measured}, not {cfg.model.name}: its sizes and lr may "
+            "not suit this model"
+        )
     return lines
 
 
@@ -128,11 +159,14 @@ def rl_pace(cfg: Any) -> float | None:
     """
     from agentrl.cli.train import env_rl_pace, resolve_train_config
 
-    ratio = env_rl_pace(cfg.env.name)
+    ratio = env_rl_pace(cfg.env.name, cfg.model.name)
     if ratio is None:
         return None
     recipe = resolve_train_config(
-        config_file=None, overrides=[], preset=None, flags={"env.name": cfg.env.name}
+        config_file=None,
+        overrides=[],
+        preset=None,
+        flags={"env.name": cfg.env.name, "model.name": cfg.model.name},
     )
     return ratio if _rl_shape(cfg) == _rl_shape(recipe) else None
 

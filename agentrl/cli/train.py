@@ -46,44 +46,110 @@ def _as_typed(key: str, value: Any) -> str:
     return flag if flag in ("--ray", "--no-warm-start") else f"{flag} {value}"
 
 
-def env_defaults(env: str) -> tuple[dict[str, Any], str | None]:
-    """The CPU defaults of one env (`defaults/cpu-<env>.yaml`, if there is one) and the preset
-    it names (its top-level `preset:` key), else `({}, None)`. The tree's `presets:` section,
-    if any, maps a preset name to keys for runs under that preset only."""
+LLM_RECIPE_SUFFIX = "-llm"
+"""`defaults/cpu-<env>-llm.yaml`: the env's recipe for a pretrained LLM, where it has one
+beside the `tiny` recipe of `cpu-<env>.yaml` (Sokoban)."""
+
+_TINY_VOCAB = 4096
+"""A model whose vocabulary has at most this many ids is `tiny` or built like it (a
+character-level tokenizer); a pretrained LLM's has tens of thousands."""
+
+
+def is_pretrained(model: str | None) -> bool:
+    """Whether `model` is a pretrained LLM rather than `tiny` (or a folder of a model built
+    like it: a vocabulary of at most 4,096 ids). None is the config's default model.
+
+    >>> is_pretrained("tiny"), is_pretrained("smollm2-135m"), is_pretrained("Qwen/Qwen2.5-0.5B")
+    (False, True, True)
+    """
+    import json
+
+    if model is None:
+        from agentrl.runtime.config import ModelConfig
+
+        model = ModelConfig().name
+    if model == "tiny":
+        return False
+    config = Path(model) / "config.json"
+    if config.is_file():
+        try:
+            vocab = json.loads(config.read_text()).get("vocab_size")
+        except (OSError, ValueError):
+            return True
+        return not (isinstance(vocab, int) and vocab <= _TINY_VOCAB)
+    return True
+
+
+def recipe_path(env: str, model: str | None = None) -> Path | None:
+    """The env's CPU defaults file for `model`: `cpu-<env>-llm.yaml` when the env has one and
+    `model` (the one the user named; None: none named) is a pretrained LLM that is not the
+    model `cpu-<env>.yaml` names; else `cpu-<env>.yaml`; None when the env has neither.
+
+    >>> recipe_path("sokoban").name, recipe_path("sokoban", "smollm2-135m").name
+    ('cpu-sokoban.yaml', 'cpu-sokoban-llm.yaml')
+    >>> recipe_path("math-arithmetic", "smollm2-135m").name, recipe_path("guess-number")
+    ('cpu-math-arithmetic.yaml', None)
+    """
     import yaml
 
-    path = DEFAULTS / f"cpu-{env}.yaml"
-    if not path.is_file():
+    base = DEFAULTS / f"cpu-{env}.yaml"
+    llm = DEFAULTS / f"cpu-{env}{LLM_RECIPE_SUFFIX}.yaml"
+    if not base.is_file():
+        return None
+    if model is not None and llm.is_file() and is_pretrained(model):
+        named = ((yaml.safe_load(base.read_text()) or {}).get("model") or {}).get("name")
+        return base if named == model else llm
+    return base
+
+
+def env_defaults(env: str, model: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """The CPU defaults of one env for `model` (`recipe_path`), if it has some, and the preset
+    they name (their top-level `preset:` key), else `({}, None)`. The tree's `presets:`
+    section, if any, maps a preset name to keys for runs under that preset only."""
+    import yaml
+
+    path = recipe_path(env, model)
+    if path is None:
         return {}, None
     tree = yaml.safe_load(path.read_text()) or {}
-    tree.pop("recipe", None)
-    tree.pop("rl_pace", None)
+    for line in _RECIPE_LINES:
+        tree.pop(line, None)
     engine = tree.get("engine") or {}
     if engine.get("name") == "vllm" and importlib.util.find_spec("vllm") is None:
         tree["engine"] = {**engine, "name": "hf"}  # the recipe's engine when it is installed
     return tree, tree.pop("preset", None)
 
 
-def _env_defaults_line(env: str, key: str) -> Any:
-    """One top-level line of the env's CPU defaults that is not a config key (`recipe`,
-    `rl_pace`), or None."""
+_RECIPE_LINES = ("recipe", "rl_pace")
+"""Top-level lines of a defaults file that are not config keys."""
+
+
+def _env_defaults_line(env: str, key: str, model: str | None = None) -> Any:
+    """One top-level line of the env's CPU defaults for `model` that is not a config key
+    (`_RECIPE_LINES`), or None."""
     import yaml
 
-    path = DEFAULTS / f"cpu-{env}.yaml"
-    if not path.is_file():
+    path = recipe_path(env, model)
+    if path is None:
         return None
     return (yaml.safe_load(path.read_text()) or {}).get(key)
 
 
-def env_recipe(env: str) -> str | None:
+def env_recipe(env: str, model: str | None = None) -> str | None:
     """The measured result of the env's CPU defaults (their `recipe:` line), if it has one."""
-    return _env_defaults_line(env, "recipe")
+    return _env_defaults_line(env, "recipe", model)
 
 
-def env_rl_pace(env: str) -> float | None:
+def env_recipe_model(env: str, model: str | None = None) -> str | None:
+    """The model the env's recipe for `model` was measured with (the model it names)."""
+    named = _env_defaults_line(env, "model", model)
+    return named.get("name") if isinstance(named, dict) else None
+
+
+def env_rl_pace(env: str, model: str | None = None) -> float | None:
     """How many warm-start SFT steps one RL step of the env's CPU defaults takes (their
     `rl_pace:` line, measured with the recipe), if they record it."""
-    pace = _env_defaults_line(env, "rl_pace")
+    pace = _env_defaults_line(env, "rl_pace", model)
     return None if pace is None else float(pace)
 
 
@@ -166,7 +232,7 @@ def resolve_train_config(
         return load_config(config_file, user_overrides, base=base, typed=typed)
     cpu = yaml.safe_load((DEFAULTS / "cpu.yaml").read_text())
     env_name = _section(user, "env").get("name") or EnvConfig().name
-    env_tree, env_preset = env_defaults(env_name)
+    env_tree, env_preset = env_defaults(env_name, _section(user, "model").get("name"))
     env_tree = dict(env_tree)
     by_preset = env_tree.pop("presets", None) or {}
     unknown = sorted(set(by_preset) - set(list_presets()))

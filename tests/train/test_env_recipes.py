@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from agentrl.cli.train import DEFAULTS, env_recipe, resolve_train_config
+from agentrl.cli.train import DEFAULTS, env_recipe, recipe_path, resolve_train_config
 
 
 def _cfg(env: str, preset: str | None = None):
@@ -46,9 +46,55 @@ def test_hf_engine_when_vllm_is_not_installed(monkeypatch) -> None:
 
 
 def test_every_recipe_names_its_result_and_envs_without_one_have_none() -> None:
+    import yaml
+
     for path in DEFAULTS.glob("cpu-*.yaml"):
-        assert env_recipe(path.stem.removeprefix("cpu-")), path
+        assert yaml.safe_load(path.read_text()).get("recipe"), path
     assert env_recipe("guess-number") is None
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "Qwen/Qwen2.5-0.5B-Instruct"])
+def test_a_pretrained_model_on_sokoban_gets_the_llm_recipe_not_tinys(model: str) -> None:
+    cfg = resolve_train_config(
+        config_file=None,
+        overrides=[],
+        preset=None,
+        flags={"env.name": "sokoban", "model.name": model},
+    )
+    assert cfg.model.name == model
+    assert recipe_path("sokoban", model).name == "cpu-sokoban-llm.yaml"
+    assert cfg.trainer.lora.enabled and cfg.warm_start.expert == "solver"
+    assert cfg.warm_start.num_episodes <= 2048 and cfg.trainer.num_groups <= 16  # not tiny's
+    assert cfg.env.kwargs["grid_sep"] == " "
+    assert cfg.algo.name != "expert-iteration"  # tiny's preset does not follow
+
+
+def test_tiny_and_folders_of_tiny_keep_the_tiny_recipe(tmp_path) -> None:
+    folder = tmp_path / "tiny-sft"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"vocab_size": 2048}')
+    for model in (None, "tiny", str(folder)):
+        flags = {"env.name": "sokoban", "model.name": model}
+        cfg = resolve_train_config(config_file=None, overrides=[], preset=None, flags=flags)
+        assert cfg.algo.name == "expert-iteration" and cfg.warm_start.num_episodes == 65536
+    big = tmp_path / "llm-sft"
+    big.mkdir()
+    (big / "config.json").write_text('{"vocab_size": 49152}')
+    assert recipe_path("sokoban", str(big)).name == "cpu-sokoban-llm.yaml"
+
+
+def test_the_plan_names_the_recipe_and_the_model_it_was_measured_with(tmp_path) -> None:
+    from agentrl.cli.plan import plan_lines
+
+    def plan(model: str) -> str:
+        flags = {"env.name": "sokoban", "model.name": model}
+        cfg = resolve_train_config(config_file=None, overrides=[], preset=None, flags=flags)
+        return "\n".join(plan_lines(cfg, tmp_path, resume=False))
+
+    assert "recipe: agentrl/train/defaults/cpu-sokoban-llm.yaml" in plan("smollm2-135m")
+    assert "measured with" not in plan("smollm2-135m")
+    other = plan("Qwen/Qwen2.5-0.5B-Instruct")
+    assert "recipe measured with smollm2-135m, not Qwen/Qwen2.5-0.5B-Instruct" in other
 
 
 def test_envs_list_marks_measured_recipes_with_their_result() -> None:

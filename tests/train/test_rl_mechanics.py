@@ -286,8 +286,8 @@ def test_an_override_that_only_the_envs_preset_makes_valid_is_accepted(monkeypat
 
     real = _cli.env_defaults
 
-    def turn_rewards(name: str):
-        tree, _ = real(name)
+    def turn_rewards(name: str, model: str | None = None):
+        tree, _ = real(name, model)
         if name != "sokoban":
             return tree, None
         return {**tree, "presets": {"grpo": {"algo": {"reward_level": "turn"}}}}, "grpo"
@@ -353,8 +353,8 @@ def test_the_envs_keys_for_one_preset_apply_under_that_preset_only(monkeypatch) 
 
     real = _cli.env_defaults
 
-    def typo(name: str):
-        tree, preset = real(name)
+    def typo(name: str, model: str | None = None):
+        tree, preset = real(name, model)
         return {**tree, "presets": {"ppo2": {"trainer": {"num_steps": 1}}}}, preset
 
     monkeypatch.setattr(_cli, "env_defaults", typo)
