@@ -74,7 +74,7 @@ def test_set_parsing_types_and_nesting(tmp_path) -> None:
         ],
     )
     assert cfg.rollout.group_size == 6
-    assert cfg.algo.clip_eps_high == 0.28 and cfg.algo.estimator == "gae"
+    assert cfg.algo.clip_eps_high == 0.28 and cfg.algo.use_critic
     assert cfg.trainer.async_rollout is True
     assert cfg.env.kwargs == {"room_size": [5, 5]}
     assert cfg.algo.dual_clip_c is None

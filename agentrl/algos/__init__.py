@@ -1,5 +1,8 @@
-"""Algorithms as pure tensor functions: advantages, losses, the StarPO-S filter, presets.
+"""Algorithms: the `Algorithm` classes and their registry, and the pure tensor functions they
+use (advantages, losses, the StarPO-S filter), and the presets.
 
+A new algorithm subclasses `Algorithm` (or a built-in one) and registers it
+(`@register_algorithm("name")`, then `algo.name: name`), or is named `module.path:Class`.
 See `docs/algorithms.md` for the formulas of each preset and the config keys behind them.
 """
 
@@ -9,6 +12,12 @@ from agentrl._lazy import lazy_exports
 
 # Exports load on first use, so `import agentrl.algos.config` (and the CLI) need not import torch.
 _EXPORTS = {
+    "ALGORITHMS": "agentrl.algos.base",
+    "Algorithm": "agentrl.algos.base",
+    "CreditInputs": "agentrl.algos.base",
+    "Needs": "agentrl.algos.base",
+    "algorithm_class": "agentrl.algos.base",
+    "register_algorithm": "agentrl.algos.base",
     "AdvantageResult": "agentrl.algos.estimate",
     "aggregate": "agentrl.algos.losses",
     "AlgoConfig": "agentrl.algos.config",

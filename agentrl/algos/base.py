@@ -19,19 +19,17 @@ import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, get_args
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import Tensor
-
-from agentrl.algos.config import AlgoConfig, AlgoName
-from agentrl.algos.estimate import Estimate, compute_advantages
-from agentrl.algos.filters import filter_stats, starpo_s_filter
-from agentrl.algos.losses import aggregate, kl_loss, kl_penalty, policy_loss
+from agentrl.algos.config import CLIP_KEYS, AlgoConfig
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
+    from agentrl.algos.estimate import Estimate
     from agentrl.rollout.source import RolloutSource, SourceParts
     from agentrl.runtime.batch import TrainBatch
+    from agentrl.train.config import TrainConfig
     from agentrl.trajectory.types import Trajectory
 
 __all__ = [
@@ -57,11 +55,16 @@ _FAMILIES = (
 
 
 def register_algorithm(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
-    """Class decorator: register an `Algorithm` subclass as `algo.name: NAME`."""
+    """Class decorator: register an `Algorithm` subclass as `algo.name: NAME`, from any module
+    (a user's too; `algo.name: module.path:Class` needs no registration)."""
+    if not name or ":" in name:
+        raise ValueError(f"algorithm name {name!r}: give a non-empty name without ':'")
 
     def add(cls: type[Algorithm]) -> type[Algorithm]:
-        if name not in get_args(AlgoName):
-            raise ValueError(f"add {name!r} to agentrl.algos.config.AlgoName to register it")
+        _check_class(cls, name)
+        known = ALGORITHMS.get(name)
+        if known is not None and known.__qualname__ != cls.__qualname__:
+            raise ValueError(f"algorithm {name!r} is already registered ({known.__qualname__})")
         cls.name = name
         ALGORITHMS[name] = cls
         return cls
@@ -69,13 +72,36 @@ def register_algorithm(name: str) -> Callable[[type[Algorithm]], type[Algorithm]
     return add
 
 
+def _check_class(cls: object, name: str) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise ValueError(f"algorithm {name!r} is not a subclass of agentrl.algos.Algorithm")
+    unknown = sorted(cls.config_keys - set(AlgoConfig.model_fields))
+    if unknown:
+        raise ValueError(f"algorithm {name!r} reads keys that are not algo keys: {unknown}")
+
+
 def algorithm_class(name: str) -> type[Algorithm]:
-    """The registered algorithm `name` (the built-in families register when first asked)."""
+    """The algorithm `name`: a registered one (the built-in families register when first
+    asked), or `module.path:Class` (imported).
+
+    Raises `ValueError` naming the known algorithms, or why the class cannot be imported.
+    """
     for family in _FAMILIES:
         importlib.import_module(family)
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[name]
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"algorithm {name!r}: cannot import it ({e})") from None
+        _check_class(cls, name)
+        ALGORITHMS[name] = cls
+        return cls
+    raise ValueError(
+        f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}, or module.path:Class"
+    )
 
 
 def make_algorithm(cfg: AlgoConfig) -> Algorithm:
@@ -108,9 +134,30 @@ class CreditInputs:
 
 
 class Algorithm:
-    """A trajectory-level RL algorithm; subclasses set `estimate` and override what differs."""
+    """A trajectory-level RL algorithm; subclasses set `estimate` and override what differs.
+
+    What a subclass declares (class attributes): the `algo.*` keys it reads
+    (`config_keys`: a key of another algorithm set by the user is refused), whether it trains
+    a critic (`uses_critic`) and whether its loss is plain imitation (`imitation`: no ratio,
+    no clip, no importance weight).
+    """
 
     name: ClassVar[str] = ""
+    config_keys: ClassVar[frozenset[str]] = CLIP_KEYS
+    """The `algo.*` keys (without the section) this algorithm reads: by default those of a
+    policy gradient with the PPO clip (`agentrl.algos.config.CLIP_KEYS`)."""
+    uses_critic: ClassVar[bool] = False
+    """A value model is trained beside the policy (rewards are then normalised)."""
+    imitation: ClassVar[bool] = False
+    """The loss is the plain NLL of the kept trajectories (nothing clips)."""
+    reward_levels: ClassVar[tuple[str, ...]] = ("trajectory", "turn")
+    """The `algo.reward_level`s it can credit."""
+
+    @classmethod
+    def run_requirements(cls, cfg: TrainConfig) -> list[str]:
+        """What run config `cfg` lacks for this algorithm (`key: value (why)`, none by
+        default): `TrainConfig` refuses such a run before any model loads."""
+        return []
 
     def __init__(self, cfg: AlgoConfig) -> None:
         self.cfg = cfg
@@ -124,9 +171,9 @@ class Algorithm:
         a = self.cfg
         one_step = a.ppo_epochs == 1 and a.num_mini_batches == 1
         return Needs(
-            old_logp=not one_step or self.kl_in_reward,
+            old_logp=(not one_step and not self.imitation) or self.kl_in_reward,
             reference=a.use_reference,
-            critic=False,
+            critic=self.uses_critic,
         )
 
     @property
@@ -168,6 +215,10 @@ class Algorithm:
     def keep(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
         """The trainable trajectories to learn from: the StarPO-S filter keeps the groups with
         the highest in-group reward std (`algo.filter_keep_ratio`), or all."""
+        import torch
+
+        from agentrl.algos.filters import filter_stats, starpo_s_filter
+
         returns = torch.tensor([t.total_reward for t in trajs])  # [N]
         group_ids = torch.tensor([t.group_id for t in trajs])  # [N]
         if self.cfg.use_filter:
@@ -192,6 +243,8 @@ class Algorithm:
     def credit(self, batch: TrainBatch, inputs: CreditInputs) -> dict[str, float]:
         """Fill `batch.advantages` `[B, T]` (0 off the trained tokens) and
         `batch.value_targets`; return the advantage metrics."""
+        from agentrl.algos.estimate import compute_advantages
+
         result = compute_advantages(
             self.cfg,
             loss_mask=batch.loss_mask,
@@ -212,7 +265,7 @@ class Algorithm:
     @property
     def sampler_correction(self) -> bool:
         """Weight tokens by the truncated importance ratio to the sampler (`algo.tis_cap`)."""
-        return True
+        return not self.imitation
 
     def policy_loss(
         self,
@@ -226,6 +279,10 @@ class Algorithm:
         """The policy's loss on one micro-batch: PPO clip (with dual clip and truncated
         importance weights), minus the entropy bonus, plus the KL to the reference.
         `logp [B, T]` has a gradient; `entropy()` gives the per-token entropy `[B, T]`."""
+        import torch
+
+        from agentrl.algos.losses import aggregate, kl_loss, kl_penalty, policy_loss
+
         a = self.cfg
         old_logp = logp.detach() if micro.old_logp is None else micro.old_logp
         correct = self.sampler_correction and temperature == 1.0

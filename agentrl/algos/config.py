@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "traj-mean-token-mean"]
 """How token losses become one number (as `agentrl.algos.losses.LossAgg`; kept here so the
@@ -16,13 +16,7 @@ config does not import torch)."""
 KLKind = Literal["k1", "k2", "k3"]
 """KL estimator (as `agentrl.algos.losses.KLKind`)."""
 
-AlgoName = Literal["grpo", "rloo", "reinforce++", "ppo", "gigpo", "rft", "expert-iteration"]
-"""The registered algorithms (`agentrl.algos.ALGORITHMS`); kept here so the config does not
-import torch. A test checks that the two lists agree."""
-
-_ESTIMATORS = {"ppo": "gae", "rft": "imitation", "expert-iteration": "imitation"}
-
-_COMMON_KEYS = frozenset(
+COMMON_KEYS = frozenset(
     {
         "name",
         "loss_agg",
@@ -37,47 +31,50 @@ _COMMON_KEYS = frozenset(
 )
 """The keys every algorithm reads: its loss's aggregation, KL and entropy terms, the
 StarPO-S filter and the number of optimizer steps per rollout."""
-_CLIP_KEYS = _COMMON_KEYS | {
+CLIP_KEYS = COMMON_KEYS | {
     "reward_level",
     "clip_eps_low",
     "clip_eps_high",
     "dual_clip_c",
     "tis_cap",
 }
-"""The keys of the policy-gradient algorithms besides: rewards per trajectory or per turn, the
-PPO clip and the sampler correction (imitation has neither: plain NLL)."""
+"""The keys of a policy gradient with the PPO clip (`Algorithm.config_keys`' default): the
+common keys, rewards per trajectory or per turn, the clip and the sampler correction."""
 
-_ALGO_KEYS: dict[str, frozenset[str]] = {
-    "grpo": _CLIP_KEYS | {"turn_gamma", "scale_by_std", "std_floor"},
-    "rloo": _CLIP_KEYS | {"turn_gamma"},
-    "reinforce++": _CLIP_KEYS | {"gamma"},
-    "ppo": _CLIP_KEYS | {"gamma", "lam", "critic_warmup_steps", "value_clip_eps"},
-    "gigpo": _CLIP_KEYS | {"turn_gamma", "scale_by_std", "step_weight"},
-    "rft": _COMMON_KEYS,
-    "expert-iteration": _COMMON_KEYS | {"search_beam", "search_easy_keep", "search_label_tau"},
-}
-"""The `algo.*` keys each algorithm reads (the others do nothing in its runs)."""
+
+def _algorithm(name: str) -> Any:
+    """The class of algorithm `name` (`agentrl.algos.base.algorithm_class`, imported here:
+    the two modules import each other)."""
+    from agentrl.algos.base import algorithm_class
+
+    return algorithm_class(name)
 
 
 def algo_keys(name: str) -> frozenset[str]:
-    """The `algo.*` keys (without the section) that algorithm `name` reads; every key for a
-    name that is not an algorithm (validation names the error).
+    """The `algo.*` keys (without the section) that algorithm `name` reads, declared by its
+    class (`Algorithm.config_keys`); every key for a name that is no algorithm (validation
+    names that error).
 
     >>> sorted(algo_keys("ppo") - algo_keys("grpo"))
     ['critic_warmup_steps', 'gamma', 'lam', 'value_clip_eps']
     """
-    return _ALGO_KEYS.get(name, frozenset(AlgoConfig.model_fields))
+    try:
+        return frozenset(_algorithm(name).config_keys) | {"name"}
+    except ValueError:
+        return frozenset(AlgoConfig.model_fields)
 
 
 def unread_keys_message(name: str, unread: dict[str, Any]) -> str:
     """Why keys set for a run of algorithm `name` are refused: each key and its value, the
-    keys `name` reads, and a did-you-mean (a key of `name` spelled alike, or the algorithms
-    that read the key)."""
+    keys `name` reads, and a did-you-mean (a key of `name` spelled alike, or the registered
+    algorithms that read the key)."""
+    from agentrl.algos.base import ALGORITHMS
+
     reads = sorted(algo_keys(name) - {"name"})
     lines = []
     for key, value in unread.items():
         hints = difflib.get_close_matches(key, reads, n=1, cutoff=0.6)
-        readers = [n for n, keys in _ALGO_KEYS.items() if key in keys]
+        readers = [n for n, cls in ALGORITHMS.items() if key in cls.config_keys and ":" not in n]
         near = [f"algo.{k}" for k in hints]
         if readers:
             near.append(f"algo.name: {' or '.join(readers)}")
@@ -92,7 +89,7 @@ class AlgoConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    name: AlgoName = "grpo"
+    name: str = "grpo"
     """The algorithm (`docs/algorithms.md`): which trajectories it keeps, how it assigns
     credit, its loss and what it needs scored. `grpo` (group mean/std), `rloo`
     (leave-one-out), `reinforce++` (returns-to-go less the group mean, whitened over the
@@ -101,7 +98,9 @@ class AlgoConfig(BaseModel):
     GRPO's episode advantage plus a step advantage among the visits of the same state.
     `rft`: rejection-sampling fine-tuning, the imitation baseline (keeps only the successful
     episodes; plain NLL, no ratio, clip or importance weight). `expert-iteration`: imitation
-    of the solutions a beam search guided by the policy finds (`search_beam`)."""
+    of the solutions a beam search guided by the policy finds (`search_beam`). Also the name
+    of an algorithm registered from user code (`agentrl.algos.register_algorithm`), or
+    `module.path:Class`."""
     reward_level: Literal["trajectory", "turn"] = "trajectory"
     """`trajectory`: one return per trajectory, the sum of its turn rewards, on its last
     sampled token (StarPO); every token of a trajectory gets one credit. `turn`: each turn's
@@ -178,10 +177,19 @@ class AlgoConfig(BaseModel):
     `p` the policy's probability of it, at weight 1 over that: the same loss in expectation,
     but the answers the policy is already sure of mostly skip the update (0: train all)."""
 
+    @field_validator("name")
+    @classmethod
+    def _known_algorithm(cls, name: str) -> str:
+        _algorithm(name)  # ValueError naming the known ones
+        return name
+
     @model_validator(mode="after")
     def _check_combinations(self) -> AlgoConfig:
-        if self.name == "gigpo" and self.reward_level != "turn":
-            raise ValueError("algo.name gigpo needs algo.reward_level: turn (it credits steps)")
+        levels = _algorithm(self.name).reward_levels
+        if self.reward_level not in levels:
+            raise ValueError(
+                f"algo.name {self.name} needs algo.reward_level: {' or '.join(levels)}"
+            )
         unread = [
             key
             for key in sorted(self.model_fields_set - algo_keys(self.name))
@@ -192,15 +200,10 @@ class AlgoConfig(BaseModel):
         return self
 
     @property
-    def estimator(self) -> str:
-        """The advantage estimator behind `name` (`gae` for `ppo`, `imitation` for `rft`
-        and `expert-iteration`)."""
-        return _ESTIMATORS.get(self.name, self.name)
-
-    @property
     def imitation(self) -> bool:
-        """The loss is the plain NLL of the kept trajectories (`rft`, `expert-iteration`)."""
-        return self.estimator == "imitation"
+        """The loss is the plain NLL of the kept trajectories (the algorithm's
+        `Algorithm.imitation`: `rft`, `expert-iteration`)."""
+        return bool(_algorithm(self.name).imitation)
 
     @property
     def clips(self) -> bool:
@@ -211,8 +214,8 @@ class AlgoConfig(BaseModel):
 
     @property
     def use_critic(self) -> bool:
-        """A value model is trained (`ppo`)."""
-        return self.name == "ppo"
+        """A value model is trained (the algorithm's `Algorithm.uses_critic`: `ppo`)."""
+        return bool(_algorithm(self.name).uses_critic)
 
     @property
     def use_reference(self) -> bool:
@@ -240,8 +243,3 @@ class AlgoConfig(BaseModel):
     def use_filter(self) -> bool:
         """The StarPO-S filter drops low-variance groups."""
         return self.filter_keep_ratio is not None
-
-    @property
-    def needs_groups(self) -> bool:
-        """The estimator or the filter compares trajectories within a group."""
-        return self.name in ("grpo", "rloo", "gigpo", "reinforce++") or self.use_filter

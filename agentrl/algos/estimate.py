@@ -244,17 +244,17 @@ def _charge_kl_to_turns(
 
 
 def group_center_scale(
-    algo: AlgoConfig, returns: Tensor, group_ids: Tensor
+    algo: AlgoConfig, returns: Tensor, group_ids: Tensor, *, leave_one_out: bool = False
 ) -> tuple[Tensor, Tensor]:
     """The baseline each group estimator subtracts from a return `[B]` and the factor it then
-    applies `[B]`: GRPO the group mean and 1 / std (floored), RLOO the mean of the other
-    returns and 1. A group of one gets factor 0 (no baseline, no signal)."""
+    applies `[B]`: GRPO the group mean and 1 / std (floored), RLOO (`leave_one_out`) the mean
+    of the other returns and 1. A group of one gets factor 0 (no baseline, no signal)."""
     mean, std = group_mean_std(returns, group_ids, unbiased=True)
     mean, std = mean.to(returns.dtype), std.to(returns.dtype)
     _, inverse, counts = group_index(group_ids)
     n = counts[inverse].to(returns.dtype)
     alone = n < 2
-    if algo.estimator == "rloo":
+    if leave_one_out:
         center = (n * mean - returns) / (n - 1).clamp(min=1)
         scale = torch.ones_like(returns)
     else:

@@ -19,13 +19,15 @@ Shapes: `B` episodes, `K` turns. `to_go [B, K]` is each turn's discounted return
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from agentrl.algos.advantages import grpo_advantages, turn_returns_to_go
 from agentrl.algos.base import Algorithm, register_algorithm
-from agentrl.algos.config import AlgoConfig
-from agentrl.algos.estimate import Rewards
+from agentrl.algos.config import CLIP_KEYS, AlgoConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from agentrl.algos.estimate import Rewards
 
 __all__ = ["gigpo_advantages", "step_group_advantages"]
 
@@ -62,6 +64,7 @@ def step_group_advantages(
     Rows 0 and 1 share state 7 in group 0 (mean 6); row 2 is in another group, so its
     state 7 is a step group of one:
 
+    >>> import torch
     >>> to_go = torch.tensor([[10.0, 1.0], [2.0, 0.0], [5.0, 0.0]])
     >>> states = torch.tensor([[7, 8], [7, -1], [7, -1]])
     >>> step_group_advantages(to_go, states, torch.tensor([0, 0, 1]), scale_by_std=False)
@@ -69,6 +72,10 @@ def step_group_advantages(
             [-4.,  0.],
             [ 0.,  0.]])
     """
+    import torch
+
+    from agentrl.algos.advantages import grpo_advantages
+
     _check_shapes(to_go, state_ids, group_ids)
     out = torch.zeros_like(to_go)
     valid = state_ids >= 0  # [B, K]
@@ -102,6 +109,7 @@ def gigpo_advantages(
     Two episodes of one group: returns 1 and 0 (A_E = +-0.5), both acting first in state 7
     with returns-to-go 1 and 0 (A_S = +-0.5); the second turns' states differ (A_S = 0):
 
+    >>> import torch
     >>> to_go = torch.tensor([[1.0, 1.0], [0.0, 0.0]])
     >>> states = torch.tensor([[7, 8], [7, 9]])
     >>> gigpo_advantages(torch.tensor([1.0, 0.0]), to_go, states, torch.tensor([0, 0]),
@@ -109,6 +117,10 @@ def gigpo_advantages(
     tensor([[ 1.0000,  0.5000],
             [-1.0000, -0.5000]])
     """
+    import torch
+
+    from agentrl.algos.advantages import grpo_advantages
+
     _check_shapes(to_go, state_ids, group_ids)
     if episode_returns.shape != group_ids.shape:
         raise ValueError(
@@ -125,6 +137,8 @@ def gigpo_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
     """GiGPO's credit on the packed trajectories: each turn's `gigpo_advantages` (episode
     returns, turn returns-to-go at `turn_gamma`, the anchor states of `TrainBatch.turn_states`:
     equal prompts) on that turn's trained tokens."""
+    from agentrl.algos.advantages import turn_returns_to_go
+
     if r.state_ids is None:
         raise ValueError("gigpo needs the anchor state of every turn (TrainBatch.turn_states)")
     to_go = turn_returns_to_go(r.turn_rewards, gamma=algo.turn_gamma)  # [N, K]
@@ -147,4 +161,6 @@ class GiGPO(Algorithm):
     so prompts should hold the state (`rollout.history_turns: 0` where the observation is the
     whole state)."""
 
+    config_keys = CLIP_KEYS | {"turn_gamma", "scale_by_std", "step_weight"}
+    reward_levels = ("turn",)  # it credits steps
     estimate = staticmethod(gigpo_estimate)

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
-from agentrl.algos.base import Algorithm, CreditInputs, Needs, register_algorithm
-from agentrl.algos.config import AlgoConfig
-from agentrl.algos.estimate import Rewards
+from agentrl.algos.base import Algorithm, CreditInputs, register_algorithm
+from agentrl.algos.config import COMMON_KEYS, AlgoConfig
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
+    from agentrl.algos.estimate import Rewards
     from agentrl.rollout.source import RolloutSource, SourceParts
     from agentrl.runtime.batch import TrainBatch
+    from agentrl.train.config import TrainConfig
     from agentrl.trajectory.types import Trajectory
 
 __all__ = ["RFT", "ExpertIteration", "imitation_estimate"]
@@ -36,15 +36,9 @@ def imitation_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
 class RFT(Algorithm):
     """Rejection-sampling fine-tuning: imitate the successful sampled episodes."""
 
+    config_keys = COMMON_KEYS
+    imitation = True
     estimate = staticmethod(imitation_estimate)
-
-    @property
-    def needs(self) -> Needs:
-        return Needs(old_logp=self.kl_in_reward, reference=self.cfg.use_reference)
-
-    @property
-    def sampler_correction(self) -> bool:
-        return False  # imitation: no importance weight
 
     def keep(self, trajs: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
         kept, metrics = super().keep(trajs)
@@ -56,6 +50,20 @@ class RFT(Algorithm):
 @register_algorithm("expert-iteration")
 class ExpertIteration(RFT):
     """Imitate the solutions of a beam search guided by the policy (`search_beam`)."""
+
+    config_keys = COMMON_KEYS | {"search_beam", "search_easy_keep", "search_label_tau"}
+
+    @classmethod
+    def run_requirements(cls, cfg: TrainConfig) -> list[str]:
+        needs = {
+            "rollout.history_turns: 0 (the prompt must be the state)": (
+                cfg.rollout.history_turns == 0
+            ),
+            "trainer.backend: local (the search scores with the policy in process)": (
+                cfg.trainer.backend == "local"
+            ),
+        }
+        return [k for k, ok in needs.items() if not ok]
 
     def rollout_source(self, parts: SourceParts) -> RolloutSource:
         from agentrl.rollout.source import SearchSource
@@ -75,6 +83,8 @@ class ExpertIteration(RFT):
     def sample_labels(self, batch: TrainBatch, inputs: CreditInputs) -> dict[str, float]:
         """Keep a share of the found answers, reweighted so that the loss's expectation is
         unchanged (`agentrl.rollout.search.sample_labels`)."""
+        import torch
+
         from agentrl.rollout.search import SEARCH_KEY, sample_labels
 
         answer_logp = [

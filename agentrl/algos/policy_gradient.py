@@ -4,32 +4,37 @@ Each keeps every trainable trajectory (or the StarPO-S filter's groups), credits
 its group (GRPO, RLOO) or the batch (REINFORCE++), and trains the PPO clip loss of
 `Algorithm.policy_loss`. At `reward_level: turn`, GRPO and RLOO credit each turn with its
 discounted return-to-go (`turn_gamma`) less the group's baseline.
+
+torch is imported where the credit is computed, so registering these classes (and validating a
+config that names them) does not import it.
 """
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
 
-from agentrl.algos.advantages import (
-    grpo_advantages,
-    reinforce_pp_advantages,
-    rloo_advantages,
-    turn_returns_to_go,
-)
 from agentrl.algos.base import Algorithm, register_algorithm
-from agentrl.algos.config import AlgoConfig
-from agentrl.algos.estimate import Rewards, group_center_scale
+from agentrl.algos.config import CLIP_KEYS, AlgoConfig
 
-__all__ = ["GRPO", "RLOO", "ReinforcePP", "group_estimate"]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from agentrl.algos.estimate import Rewards
+
+__all__ = ["GRPO", "RLOO", "ReinforcePP", "group_estimate", "rloo_estimate"]
 
 
-def group_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
-    """GRPO's or RLOO's credit (`algo.name`): each trajectory's return against its group's
-    (at `reward_level: turn`, each turn's return-to-go against the group's returns)."""
+def _group_credit(algo: AlgoConfig, r: Rewards, *, leave_one_out: bool) -> tuple[Tensor, None]:
+    """Each trajectory's return against its group's: the group mean over the group std
+    (GRPO), or the mean of the group's other returns (RLOO, `leave_one_out`); at
+    `reward_level: turn`, each turn's return-to-go against the group's returns."""
+    from agentrl.algos.advantages import grpo_advantages, rloo_advantages, turn_returns_to_go
+    from agentrl.algos.estimate import group_center_scale
+
     mask = r.loss_mask.to(r.token_rewards.dtype)
     if algo.reward_level == "trajectory":
         returns = r.token_rewards.sum(-1)  # [N] (a KL in the reward included)
-        if algo.name == "rloo":
+        if leave_one_out:
             adv = rloo_advantages(returns, r.group_ids)
         else:
             adv = grpo_advantages(
@@ -37,14 +42,28 @@ def group_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
             )
         return adv.unsqueeze(-1) * mask, None
     to_go = turn_returns_to_go(r.turn_rewards, gamma=algo.turn_gamma)  # [N, K]
-    center, scale = group_center_scale(algo, to_go[:, 0], r.group_ids)  # [N], [N]
+    center, scale = group_center_scale(
+        algo, to_go[:, 0], r.group_ids, leave_one_out=leave_one_out
+    )  # [N], [N]
     return r.on_turn_tokens((to_go - center.unsqueeze(-1)) * scale.unsqueeze(-1)), None
+
+
+def group_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
+    """GRPO's credit: each trajectory's return less its group's mean, over the group's std
+    (at `reward_level: turn`, each turn's return-to-go against the group's returns)."""
+    return _group_credit(algo, r, leave_one_out=False)
+
+
+def rloo_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
+    """RLOO's credit: each trajectory's return less the mean of its group's other returns."""
+    return _group_credit(algo, r, leave_one_out=True)
 
 
 @register_algorithm("grpo")
 class GRPO(Algorithm):
     """Group-relative advantages (DeepSeekMath): return less the group mean, over its std."""
 
+    config_keys = CLIP_KEYS | {"turn_gamma", "scale_by_std", "std_floor"}
     estimate = staticmethod(group_estimate)
 
 
@@ -52,12 +71,15 @@ class GRPO(Algorithm):
 class RLOO(Algorithm):
     """Leave-one-out baseline (Ahmadian et al. 2024): the mean of the group's other returns."""
 
-    estimate = staticmethod(group_estimate)
+    config_keys = CLIP_KEYS | {"turn_gamma"}
+    estimate = staticmethod(rloo_estimate)
 
 
 def reinforce_pp_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
     """REINFORCE++ with baseline (Hu 2025): returns-to-go, less the group mean, whitened over
     the batch."""
+    from agentrl.algos.advantages import reinforce_pp_advantages
+
     adv = reinforce_pp_advantages(
         r.token_rewards, r.loss_mask, gamma=algo.gamma, group_ids=r.group_ids
     )
@@ -68,4 +90,5 @@ def reinforce_pp_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, None]:
 class ReinforcePP(Algorithm):
     """REINFORCE++: no critic, no group-relative scaling; the batch whitens the returns."""
 
+    config_keys = CLIP_KEYS | {"gamma"}
     estimate = staticmethod(reinforce_pp_estimate)

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
-from agentrl.algos.advantages import gae, whiten
-from agentrl.algos.base import Algorithm, CreditInputs, Needs, register_algorithm
-from agentrl.algos.config import AlgoConfig
-from agentrl.algos.estimate import Rewards, compute_advantages
-from agentrl.algos.losses import explained_variance
+from agentrl.algos.base import Algorithm, CreditInputs, register_algorithm
+from agentrl.algos.config import CLIP_KEYS, AlgoConfig
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
+    from agentrl.algos.estimate import Rewards
     from agentrl.runtime.batch import TrainBatch
 
 __all__ = ["PPO", "gae_estimate"]
@@ -29,6 +26,8 @@ __all__ = ["PPO", "gae_estimate"]
 def gae_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, Tensor]:
     """GAE over the trained tokens (`gamma`, `lam`): the advantages, whitened over the
     batch's trained tokens, and the critic's targets."""
+    from agentrl.algos.advantages import gae, whiten
+
     if r.values is None:
         raise ValueError("ppo needs critic values (TrainBatch.old_values)")
     adv, targets = gae(r.token_rewards, r.values, r.loss_mask, gamma=algo.gamma, lam=algo.lam)
@@ -39,12 +38,9 @@ def gae_estimate(algo: AlgoConfig, r: Rewards) -> tuple[Tensor, Tensor]:
 class PPO(Algorithm):
     """PPO clip with a critic and GAE; the critic warms up for `critic_warmup_steps`."""
 
+    config_keys = CLIP_KEYS | {"gamma", "lam", "critic_warmup_steps", "value_clip_eps"}
+    uses_critic = True
     estimate = staticmethod(gae_estimate)
-
-    @property
-    def needs(self) -> Needs:
-        base = super().needs
-        return Needs(old_logp=base.old_logp, reference=base.reference, critic=True)
 
     def trains_policy(self, step: int) -> bool:
         return step > self.cfg.critic_warmup_steps
@@ -52,6 +48,8 @@ class PPO(Algorithm):
     def credit(self, batch: TrainBatch, inputs: CreditInputs) -> dict[str, float]:
         """GAE credit, and the critic's explained variance of its targets and of the plain
         returns (rollout-time values)."""
+        from agentrl.algos.losses import explained_variance
+
         metrics = super().credit(batch, inputs)
         if batch.old_values is not None and batch.value_targets is not None:
             metrics["critic/explained_var"] = explained_variance(
@@ -67,6 +65,10 @@ class PPO(Algorithm):
     def critic_fit_targets(self, batch: TrainBatch, inputs: CreditInputs) -> Tensor:
         """Each trained token's return-to-go of the (scaled) rewards `[B, T]`: no bootstrap
         (lambda 1) and no KL penalty."""
+        import torch
+
+        from agentrl.algos.estimate import compute_advantages
+
         mc = self.cfg.model_copy(update={"lam": 1.0, "kl_coef": 0.0})
         return compute_advantages(
             mc,

@@ -98,9 +98,10 @@ class TokenEnv(gym.Env):
         return choices[int(rng.integers(len(choices)))]
 
     def candidate_answers(self) -> list[str]:
-        """Every answer worth trying in the current state, for all-action branches
-        (expert iteration's search): an env with a small set of moves lists one answer per
-        move. The default, `[]`, means the env offers none, and no branch is made.
+        """Every answer worth trying in the current state, for expert iteration's beam
+        search (`agentrl.rollout.search`), which plays each from the states it keeps: an env
+        with a small set of moves lists one answer per move. The default, `[]`, means the env
+        offers none, and the search finds nothing to play.
         """
         return []
 

@@ -194,22 +194,15 @@ class TrainConfig(_Section):
     def _check_algorithm(self) -> TrainConfig:
         """Combinations the algorithm cannot run with fail here, so `--print-config` shows
         them before any model loads."""
-        if self.algo.name == "expert-iteration":
-            needs = {
-                "rollout.history_turns: 0 (the prompt must be the state)": (
-                    self.rollout.history_turns == 0
-                ),
-                "trainer.backend: local (the search scores with the policy in process)": (
-                    self.trainer.backend == "local"
-                ),
-            }
-            missing = [k for k, ok in needs.items() if not ok]
-            if missing:
-                raise ValueError(
-                    "algo.name expert-iteration needs "
-                    + ", ".join(missing)
-                    + "; for another algorithm, name it (--preset NAME, or algo.name)"
-                )
+        from agentrl.algos.base import algorithm_class
+
+        missing = algorithm_class(self.algo.name).run_requirements(self)
+        if missing:
+            raise ValueError(
+                f"algo.name {self.algo.name} needs "
+                + ", ".join(missing)
+                + "; for another algorithm, name it (--preset NAME, or algo.name)"
+            )
         return self
 
     def model_settings(self) -> ModelSettings:

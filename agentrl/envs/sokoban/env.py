@@ -323,7 +323,7 @@ class SokobanEnv(TokenEnv):
         return expert_actions(self.room, max_actions=max_actions)
 
     def candidate_answers(self) -> list[str]:
-        """One answer per move: `<answer>Up</answer>`, ... (all-action branches)."""
+        """One answer per move: `<answer>Up</answer>`, ... (expert iteration's search)."""
         return [f"<answer>{a}</answer>" for a in ACTIONS]
 
     def state_key(self) -> tuple[frozenset[int], int]:
