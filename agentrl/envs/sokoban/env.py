@@ -27,6 +27,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -108,6 +109,7 @@ class SokobanEnv(TokenEnv):
         rooms_file: str | None = None,
         rooms_set: str | None = None,
         grid_sep: str = "",
+        positions: bool = False,
     ) -> None:
         """Configure the rooms and the budgets.
 
@@ -131,6 +133,8 @@ class SokobanEnv(TokenEnv):
             grid_sep: text between two cells of a grid row. `""` is RAGEN's rendering;
                 `" "` gives a general tokenizer (BPE) one token per cell, so the cell above
                 is always the same number of tokens back (the LLM recipe's rendering).
+            positions: add a line under the grid with the (row, column) of the player, the
+                boxes and the targets, so a model need not find them in the grid.
         """
         super().__init__()
         size = (room_size, room_size) if isinstance(room_size, int) else tuple(room_size)
@@ -151,6 +155,7 @@ class SokobanEnv(TokenEnv):
         self.max_solution_len = max_actions if max_solution_len is None else max_solution_len
         self.invalid_penalty = float(invalid_penalty)
         self.grid_sep = grid_sep
+        self.positions = positions
         self.rooms = load_rooms(rooms_file, rooms_set) if rooms_file is not None else None
         self._room_by_seed = {s: i for i, (s, _, _) in enumerate(self.rooms or ()) if s is not None}
         self._format_hint = (
@@ -191,7 +196,7 @@ class SokobanEnv(TokenEnv):
         self._done = False
         # Status first, grid last: every grid then ends where the answer starts, so a model
         # reads cells at the same distance every turn (the legend is in the system prompt).
-        obs = f"{self._status()}\n{self.render()}"
+        obs = f"{self._status()}\n{self._view()}"
         return obs, {"optimal_len": self.optimal_len, "num_boxes": len(self._boxes)}
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
@@ -239,9 +244,28 @@ class SokobanEnv(TokenEnv):
             "actions_left": self._actions_left,
             "boxes_on_target": self._on_target,
         }
-        return f"{feedback}{tail}\n{self.render()}", round(reward, 6), terminated, truncated, info
+        return f"{feedback}{tail}\n{self._view()}", round(reward, 6), terminated, truncated, info
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _view(self) -> str:
+        """The grid, and the positions line when `positions` is on."""
+        if not self.positions:
+            return self.render()
+        w = self.width
+
+        def at(cells: Iterable[int]) -> str:
+            return ", ".join(f"({c // w}, {c % w})" for c in sorted(cells))
+
+        on = self._boxes & self._targets
+        parts = [f"You are at {at([self._player])}."]
+        if self._boxes - on:
+            parts.append(f"Boxes at {at(self._boxes - on)}.")
+        if self._targets - on:
+            parts.append(f"Targets at {at(self._targets - on)}.")
+        if on:
+            parts.append(f"Boxes on targets at {at(on)}.")
+        return f"{self.render()}\n{' '.join(parts)}"
 
     def _status(self) -> str:
         return f"Actions left: {self._actions_left}. {self._format_hint}"
