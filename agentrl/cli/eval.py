@@ -51,8 +51,11 @@ def eval_settings(
     return settings, origin
 
 
-def settings_line(s: ModelSettings, *, env_max_turns: int, temperatures: list[float]) -> str:
-    """The first line of `agentrl eval`'s output: every setting that shapes the episodes."""
+def settings_line(
+    s: ModelSettings, *, env_max_turns: int, temperatures: list[float], engine_note: str = ""
+) -> str:
+    """The first line of `agentrl eval`'s output: every setting that shapes the episodes
+    (`engine_note` says why the engine was chosen, when no one named it)."""
     kwargs = ", ".join(f"{k}={v}" for k, v in s.env.kwargs.items())
     temps = " and ".join(f"{t:g}" for t in temperatures)
     history = "all" if s.history_turns is None else s.history_turns
@@ -60,7 +63,7 @@ def settings_line(s: ModelSettings, *, env_max_turns: int, temperatures: list[fl
         f"settings: env {s.env.name}({kwargs}), max_turns {s.max_turns or env_max_turns}, "
         f"history_turns {history}, max_context_tokens {s.max_context_tokens}, "
         f"max_new_tokens {s.max_new_tokens}, temperature {temps}, {s.eval_episodes} episodes from "
-        f"seed {s.eval_seed_offset}, engine {s.engine or 'hf'}"
+        f"seed {s.eval_seed_offset}, engine {s.engine or 'hf'}{engine_note}"
     )
 
 
@@ -106,6 +109,19 @@ def result_lines(
     return text + "\n  by optimal solution length: " + "; ".join(parts)
 
 
+def _weights_folder(model: str) -> Path:
+    """The folder whose weights `model` samples with (an adapter folder's base), for
+    `default_engine`; `model` itself when it does not resolve (loading it fails later,
+    with its own message)."""
+    from agentrl.rollout.models import resolve_model
+    from agentrl.runtime.lora import adapter_base, is_adapter_dir
+
+    try:
+        return resolve_model(adapter_base(model) if is_adapter_dir(model) else model)
+    except (FileNotFoundError, ValueError):
+        return Path(model)
+
+
 def eval_cmd(
     model: Annotated[
         str,
@@ -144,7 +160,8 @@ def eval_cmd(
         str | None,
         typer.Option(
             "--engine",
-            help="Inference engine: hf or vllm (default: the run's engine.name, else hf).",
+            help="Inference engine: hf or vllm (default: the run's engine.name, else vllm "
+            "when it is installed and the model has 10 M weights or more, else hf).",
         ),
     ] = None,
     history_turns: Annotated[
@@ -173,7 +190,7 @@ def eval_cmd(
     from agentrl.config import ConfigError, TrainConfig, _parse_value
     from agentrl.envs import make
     from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
-    from agentrl.rollout.engines import SeededEngine, build_engine
+    from agentrl.rollout.engines import SeededEngine, build_engine, default_engine
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.models import load_tokenizer
     from agentrl.runtime.lora import is_adapter_dir, loadable_model
@@ -207,13 +224,23 @@ def eval_cmd(
         "engine": engine,
     }
     settings, origin = eval_settings(saved, env=env, flags=flags)
+    engine_note = ""
+    if settings.engine is None:  # neither --engine nor the model's settings name one
+        name, why = default_engine(_weights_folder(model))
+        settings = settings.model_copy(update={"engine": name})
+        engine_note = f" ({why}; --engine to change)"
     env_factory = functools.partial(make, settings.env.name, **settings.env.kwargs)
     try:
         probe = env_factory()
     except (KeyError, ImportError, TypeError, ValueError) as e:
         _fail(f"env {settings.env.name} with {settings.env.kwargs}: {e}")
     temperatures = temperature or [settings.eval_temperature]
-    line = settings_line(settings, env_max_turns=probe.max_turns, temperatures=temperatures)
+    line = settings_line(
+        settings,
+        env_max_turns=probe.max_turns,
+        temperatures=temperatures,
+        engine_note=engine_note,
+    )
     probe.close()
     typer.echo(f"{line} (from {origin})")
 

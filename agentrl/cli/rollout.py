@@ -43,7 +43,14 @@ def rollout_cmd(
         str, typer.Option("--model", help="Alias (tiny, smollm2-135m), path or HF id.")
     ],
     out: Annotated[Path, typer.Option("--out", help="Run directory; trajectories go under it.")],
-    engine: Annotated[str, typer.Option("--engine", help="Inference engine: hf or vllm.")] = "hf",
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Inference engine: hf or vllm (default: vllm when it is installed and the "
+            "model has 10 M weights or more, else hf).",
+        ),
+    ] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Host the engine as Ray replicas.")] = False,
     num_replicas: Annotated[
         int, typer.Option("--num-replicas", help="Engine replicas with --ray.", min=1)
@@ -80,8 +87,9 @@ def rollout_cmd(
 
     from agentrl.envs import make, spec
     from agentrl.rollout.config import RolloutConfig, SamplingConfig
+    from agentrl.rollout.engines import default_engine
     from agentrl.rollout.loop import rollout
-    from agentrl.rollout.models import load_tokenizer
+    from agentrl.rollout.models import load_tokenizer, resolve_model
     from agentrl.runtime.threads import set_torch_threads
     from agentrl.trajectory.io import write_step
 
@@ -103,6 +111,9 @@ def rollout_cmd(
     )
     console = Console()
     tokenizer = load_tokenizer(model)
+    if engine is None:
+        engine, why = default_engine(resolve_model(model))
+        console.print(f"engine: {engine} ({why}; --engine to change)")
     set_torch_threads(key="OMP_NUM_THREADS")  # the HF engine's, from the usable CPUs
     policy = build_engine(
         model, engine, ray=ray, num_replicas=num_replicas, ray_address=ray_address

@@ -64,7 +64,9 @@ class Engine(Protocol):
         ...
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Load new policy weights in place; later completions record `version`."""
+        """Load new policy weights in place: all of them, or some (a LoRA run sends only the
+        layers its adapters change; the others keep their values). Later completions record
+        `version`."""
         ...
 
     def close(self) -> None:

@@ -11,7 +11,11 @@ batching inside vLLM), and `update_weights` / `close` are plain blocking calls.
 New weights load in place without a checkpoint directory: the state dict is written as one
 safetensors file to /dev/shm, each vLLM worker runs its model runner's
 `reload_weights(weights_iterator=...)` over it (through `collective_rpc`, which needs
-`VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the function), and the file is deleted.
+`VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the function), and the file is deleted. The
+state dict may hold some of the weights only (a LoRA run sends the layers its adapters
+change): vLLM's layerwise reload keeps the weights of every layer it is not given, but
+reloads a fused layer (`qkv_proj` of `q_proj`, `k_proj`, `v_proj`) only whole, so all its
+parts must come together.
 
 Scripts that create a VLLMEngine need an `if __name__ == "__main__":` guard (vLLM starts its
 engine core in a child process). The engine core and its workers end with this process however
@@ -41,8 +45,18 @@ T = TypeVar("T")
 SHM_DIR = "/dev/shm"
 
 
+_RELOAD_LOGGERS = (
+    "vllm.model_executor.model_loader.reload.layerwise",
+    "vllm.model_executor.model_loader.reload.inplace",
+)
+"""vLLM's loggers that warn about every layer a reload of some weights leaves as it was."""
+
+
 def _reload_from_file(worker: Any, path: str) -> float:
-    """Runs inside each vLLM worker: reload every weight from the safetensors file `path`."""
+    """Runs inside each vLLM worker: reload the weights in the safetensors file `path` (all
+    of the model's, or some: the layers not named keep theirs)."""
+    import logging
+
     from safetensors.torch import safe_open
 
     t0 = time.perf_counter()
@@ -52,7 +66,15 @@ def _reload_from_file(worker: Any, path: str) -> float:
             for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
                 yield name, f.get_tensor(name)
 
-    worker.model_runner.reload_weights(weights_iterator=weights())
+    loggers = [logging.getLogger(name) for name in _RELOAD_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        worker.model_runner.reload_weights(weights_iterator=weights())
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
     return time.perf_counter() - t0
 
 
@@ -176,7 +198,8 @@ class VLLMEngine:
     def update_weights(
         self, state_dict: Mapping[str, torch.Tensor], version: int, timeout: float | None = 300
     ) -> None:
-        """Load `state_dict` into every vLLM worker in place, via one file in /dev/shm."""
+        """Load `state_dict` (all weights or some, whole fused layers) into every vLLM worker
+        in place, via one file in /dev/shm."""
         from safetensors.torch import save_file
 
         if self._closed:

@@ -38,8 +38,8 @@ class Backend(Protocol):
         ...
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
-        """Full (unsharded) weights on CPU, with Hugging Face names (LoRA merged in), for the
-        engines.
+        """Full (unsharded) weights on CPU, with Hugging Face names, for the engines; under
+        LoRA only the layers the adapters change, merged (`agentrl.runtime.lora.hf_weights`).
 
         Every rank must call it; ranks other than 0 may receive an empty dict."""
         ...

@@ -13,8 +13,10 @@ from torch import nn
 from agentrl.runtime.config import OptimConfig
 from agentrl.runtime.lora import (
     ADAPTER_DIR,
+    changed_by_lora,
     hf_weights,
     lora_scaling,
+    merge_lora,
     read_adapter,
     save_weights,
 )
@@ -90,8 +92,12 @@ class LocalBackend:
         return float(self.scheduler.get_last_lr()[0])
 
     def full_state_dict(self) -> Mapping[str, torch.Tensor]:
-        """Full weights on CPU with Hugging Face names (LoRA merged in), as copies."""
-        state = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+        """Full weights on CPU with Hugging Face names, as copies; under LoRA only the layers
+        the adapters change, merged (`hf_weights`)."""
+        state = {k: v.detach() for k, v in self.module.state_dict().items()}
+        if self.lora_scaling is not None:
+            state = changed_by_lora(state)  # copied below: the rest is never sent
+        state = {k: v.to("cpu", copy=True) for k, v in state.items()}
         return hf_weights(state, self.lora_scaling)
 
     def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
@@ -117,8 +123,11 @@ class LocalBackend:
         """
         from agentrl.runtime._dist import save_hf
 
-        model = self.module if self.lora_scaling is None else self.module.get_base_model()
-        save_hf(model, self.full_state_dict(), path)
+        if self.lora_scaling is None:
+            save_hf(self.module, self.full_state_dict(), path)
+            return
+        state = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        save_hf(self.module.get_base_model(), merge_lora(state, self.lora_scaling), path)
 
     def load(self, path: Path, *, with_optimizer: bool = True) -> None:
         """Restore what `save` wrote (weights in place, so the optimizer keeps its params;

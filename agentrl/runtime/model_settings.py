@@ -55,7 +55,8 @@ class ModelSettings(BaseModel):
     `agentrl eval --model` plays."""
     engine: str | None = None
     """Inference engine of the run's rollouts (`engine.name`), which a plain `agentrl eval`
-    samples with; None (SFT and older folders): the `hf` engine."""
+    samples with; None (SFT and older folders): vllm when it is installed and the model has
+    10 M weights or more, else hf (`agentrl.rollout.engines.default_engine`)."""
     source: str = Field("", exclude=True)
     """Where these settings were read from (not written to the file)."""
 

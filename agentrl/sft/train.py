@@ -438,11 +438,12 @@ def evaluate_model(
     max_context_tokens: int = 4096,
     history_turns: int | None = None,
 ) -> dict[str, float]:
-    """Validation success of `model` (HF engine, in-process) on the fixed validation seeds,
-    the protocol of `agentrl eval`: one episode per seed, sampled at `temperature`."""
+    """Validation success of `model` on the fixed validation seeds, the protocol of
+    `agentrl eval`: one episode per seed, sampled at `temperature`, on the engine `agentrl
+    eval` picks for a folder that names none (`default_engine`), in-process."""
     from agentrl.envs import make
     from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
-    from agentrl.rollout.engines import SeededEngine
+    from agentrl.rollout.engines import SeededEngine, default_engine
     from agentrl.rollout.evaluate import evaluate
     from agentrl.rollout.models import load_tokenizer
     from agentrl.rollout.ray_engine import engine_from_config
@@ -451,7 +452,11 @@ def evaluate_model(
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     with loadable_model(model) as model_path:  # an adapter, merged
         tokenizer = load_tokenizer(str(model_path))
-        engine = SeededEngine(engine_from_config(str(model_path), EngineConfig(), dtype="auto"))
+        name, why = default_engine(model_path)
+        log.info("validation engine: %s (%s)", name, why)
+        engine = SeededEngine(
+            engine_from_config(str(model_path), EngineConfig(name=name), dtype="auto")
+        )
     try:
         return evaluate(
             engine,

@@ -1,5 +1,6 @@
 """`SeededEngine`: one seed per (step seed, episode, turn), so a group's episodes differ and a
-rerun samples the same ids."""
+rerun samples the same ids. `default_engine`: the engine a command samples with when none is
+named."""
 
 from __future__ import annotations
 
@@ -63,3 +64,31 @@ def test_unseeded_requests_pass_through_and_calls_are_forwarded() -> None:
     engine.update_weights({}, 8)
     engine.close()
     assert inner.updates == [8] and inner.closed
+
+
+def test_default_engine_is_vllm_where_installed_except_for_small_models(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    from agentrl.rollout.engines import FAST_ENGINE_MIN_WEIGHTS, count_weights, default_engine
+
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.mkdir()
+    large.mkdir()
+    save_file({"w": torch.zeros(3, 4)}, str(small / "model.safetensors"))
+    half = FAST_ENGINE_MIN_WEIGHTS // 2  # two files, as sharded checkpoints are
+    save_file({"a": torch.zeros(half, dtype=torch.int8)}, str(large / "model-1.safetensors"))
+    save_file({"b": torch.zeros(half, dtype=torch.int8)}, str(large / "model-2.safetensors"))
+    assert count_weights(small) == 12 and count_weights(large) == FAST_ENGINE_MIN_WEIGHTS
+
+    assert default_engine(large, vllm_installed=True) == ("vllm", "vllm is installed")
+    assert default_engine(large, vllm_installed=False) == ("hf", "vllm is not installed")
+    name, why = default_engine(small, vllm_installed=True)
+    assert name == "hf" and "0.0 M weights" in why
+    # a folder without safetensors files (an HF id not downloaded yet): the fast engine
+    assert default_engine(tmp_path / "none", vllm_installed=True)[0] == "vllm"
+
+
+def test_tiny_samples_on_hf_and_smollm2_sized_models_on_vllm(tiny_model_path) -> None:
+    from agentrl.rollout.engines import default_engine
+
+    assert default_engine(tiny_model_path, vllm_installed=True)[0] == "hf"

@@ -28,6 +28,19 @@ def test_rollout_cli_writes_trajectories_and_summary(tmp_path) -> None:
     assert res.exit_code == 0, res.output
 
 
+def test_rollout_cli_names_the_engine_it_picks(tmp_path) -> None:
+    """Without --engine: vllm where installed, but hf for the tiny model (faster there)."""
+    args = [
+        "rollout", "--env", "agentrl.trajectory.testing:ScriptedEnv", "--model", "tiny",
+        "--episodes", "1", "--max-new-tokens", "4", "--out", str(tmp_path), "--no-progress",
+    ]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("engine: hf (")
+    data = read_trajectories(tmp_path / "trajectories" / "step_000000.jsonl")
+    assert data.metadata["engine"] == "hf"
+
+
 def test_rollout_cli_rejects_unknown_env(tmp_path) -> None:
     args = ["rollout", "--env", "no-such-env", "--model", "tiny", "--out", str(tmp_path)]
     res = CliRunner().invoke(app, args)

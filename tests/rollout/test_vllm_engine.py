@@ -181,3 +181,29 @@ def test_update_weights_in_place(engine, tiny_model_path: Path) -> None:
     assert gap < PARITY_TOL
     assert [c.logp for c in after] != [c.logp for c in before]
     assert not list(Path("/dev/shm").glob("agentrl-weights-*"))  # the file is gone
+
+
+def test_update_of_some_weights_keeps_the_others(engine, tiny_model_path: Path) -> None:
+    """A LoRA run sends only the attention layers its adapters change (whole: vLLM fuses
+    q/k/v): those load, every other layer keeps its weights."""
+    base = load_model(str(tiny_model_path), dtype="float32")
+    engine.update_weights(base.state_dict(), version=6)  # a known start (earlier tests moved it)
+    torch.manual_seed(8)
+    with torch.no_grad():
+        for name, p in base.named_parameters():
+            if ".self_attn." in name:
+                p.add_(0.05 * torch.randn_like(p))
+    attention = {k: v for k, v in base.state_dict().items() if ".self_attn." in k}
+    assert 0 < len(attention) < len(base.state_dict())
+    requests = [
+        GenerationRequest(
+            [1, 60, 61 + i], SamplingParams(max_new_tokens=12, seed=i, ignore_eos=True)
+        )
+        for i in range(4)
+    ]
+    engine.update_weights(attention, version=7)
+    after = generate_sync(engine, requests)
+    assert {c.weight_version for c in after} == {7}
+    gap = _max_gap(base, requests, after)
+    print(f"VLLMEngine parity after a partial update: max |logp gap| = {gap:.2e}")
+    assert gap < PARITY_TOL

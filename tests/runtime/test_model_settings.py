@@ -179,6 +179,44 @@ def test_eval_uses_the_model_settings_and_flags_override_them(model_folder: Path
     assert "seeds 5..7" in result.output and "mean turns 2.00" in result.output
 
 
+def test_eval_of_a_folder_naming_no_engine_samples_on_the_default_one(
+    model_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An `agentrl sft` folder records no engine: a model of SmolLM2's size samples on vllm
+    where it is installed, the tiny one on hf; `--engine` wins; the first line says which."""
+    import functools
+
+    from agentrl.rollout import engines
+
+    result = runner.invoke(app, ["eval", "--model", str(model_folder)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "engine hf (1.2 M weights: faster on hf than on vllm; --engine to change)"
+        in (result.output.splitlines()[0])
+    )
+
+    built: list[str] = []
+    build = engines.build_engine
+
+    def recording_build(cfg, model_path):  # samples on hf whatever it was asked for
+        built.append(cfg.engine.name)
+        cfg.engine.name = "hf"
+        return build(cfg, model_path)
+
+    monkeypatch.setattr(engines, "build_engine", recording_build)
+    monkeypatch.setattr(engines, "FAST_ENGINE_MIN_WEIGHTS", 1000)  # tiny counts as large
+    monkeypatch.setattr(
+        engines, "default_engine", functools.partial(engines.default_engine, vllm_installed=True)
+    )
+    result = runner.invoke(app, ["eval", "--model", str(model_folder)])
+    assert result.exit_code == 0, result.output
+    assert "engine vllm (vllm is installed; --engine to change)" in result.output.splitlines()[0]
+    result = runner.invoke(app, ["eval", "--model", str(model_folder), "--engine", "hf"])
+    assert result.exit_code == 0, result.output
+    assert "engine hf (from" in result.output.splitlines()[0]
+    assert built == ["vllm", "hf"]
+
+
 def test_eval_at_several_temperatures(model_folder: Path) -> None:
     args = ["eval", "--model", str(model_folder), "--episodes", "1"]
     result = runner.invoke(app, [*args, "--temperature", "0.5", "--temperature", "0"])

@@ -145,3 +145,16 @@ def test_the_measurement_of_a_lora_sft_trains_adapters_on_one_batch() -> None:
     )
     pace = measure_sft_pace(cfg, num_episodes=16)  # probes 4 rows, the batch, not 64
     assert pace.s_per_step > 0 and pace.num_steps > 0
+
+
+def test_validation_names_its_engine(caplog: pytest.LogCaptureFixture) -> None:
+    """The validation picks its engine as `agentrl eval` does for a folder naming none, and
+    says which: hf for the tiny model."""
+    import logging
+
+    from agentrl.sft.train import evaluate_model
+
+    with caplog.at_level(logging.INFO, logger="agentrl.sft.train"):
+        result = evaluate_model("tiny", "guess-number", num_episodes=1, max_new_tokens=4)
+    assert result["num_episodes"] == 1
+    assert "validation engine: hf (" in caplog.text

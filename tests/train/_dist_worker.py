@@ -153,6 +153,12 @@ def run(name: str, ckpt: Path) -> dict:
     from agentrl.runtime._dist import MODEL_DIR
 
     reloaded = AutoModelForCausalLM.from_pretrained(ckpt / MODEL_DIR, dtype=torch.float32)
+    saved = reloaded.state_dict()  # every weight, as the checkpoint holds it after step 1
+
+    def sent(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`weights` under the names the engines get (under LoRA the adapted layers only)."""
+        return {k: weights[k] for k in full1}
+
     result.update(
         loss=[loss1, loss2],
         ref_loss=[ref_loss1, ref_loss2],
@@ -163,14 +169,14 @@ def run(name: str, ckpt: Path) -> dict:
         grad_max_abs=max(float(g.abs().max()) for g in ref_grads1.values()),
         weights_step1_max_diff=max_diff(full1, ref_full1),
         weights_step2_max_diff=max_diff(full2, ref_full2),
-        weights_update_max_abs=max_diff(ref_full1, init),
+        weights_update_max_abs=max_diff(ref_full1, sent(init)),
         load_restores_max_diff=max_diff(full_after_load, full1),
         resumed_step_max_diff=max_diff(full2b, full2),
         resumed_loss_grad_norm=[loss2b, norm2b],
-        hf_reload_max_diff=max_diff(reloaded.state_dict(), full1),
+        hf_reload_max_diff=max_diff(sent(saved), full1),
         state_dict_keys=sorted(full1),
         frozen_max_diff=max_diff(
-            {k: v for k, v in full2.items() if "_proj" not in k},
+            {k: v for k, v in saved.items() if "_proj" not in k},
             {k: v for k, v in init.items() if "_proj" not in k},
         ),
         adapter_saved=(ckpt / "adapter" / "adapter_model.safetensors").is_file(),

@@ -103,6 +103,47 @@ def test_lora_trains_adapters_only_and_the_engine_samples_the_merged_model(tmp_p
         assert torch.equal(restored[key], value), key
 
 
+def test_a_lora_sync_sends_the_adapted_layers_only(tmp_path) -> None:
+    """The engine gets the merged attention layers (q/k/v/o, whole for vLLM's fused qkv),
+    not the weights LoRA never changes."""
+    trainer = Trainer(_cfg(), tmp_path)
+    try:
+        sent = trainer.policy.full_state_dict()
+        every = merge_lora(trainer.policy.module.state_dict(), 32 / 4)  # all, HF names
+    finally:
+        trainer.close()
+    assert set(sent) < set(every)
+    assert all(".self_attn." in k for k in sent)
+    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        assert any(f".self_attn.{name}.weight" in k for k in sent), name
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_after_a_lora_sync_vllm_samples_the_trainers_model(tmp_path) -> None:
+    """vLLM reloads the adapted layers only; its logprobs then match the trainer's (the
+    unmerged peft model) within tests/rollout/test_vllm_engine.py's tolerance."""
+    pytest.importorskip("vllm")
+    trainer = Trainer(_cfg("engine.name=vllm", "engine.max_model_len=512"), tmp_path)
+    try:
+        trainer.train_step()
+        trainer.train_step()  # its rollout sampled the weights synced after step 1
+        prompt = trainer.tokenizer("Round 7. Answer with many vowels.")["input_ids"]
+        request = GenerationRequest(prompt, SamplingParams(max_new_tokens=16, seed=3))
+        (completion,) = generate_sync(trainer.engine, [request])
+        policy = trainer.policy.module
+        trained = _sampled_logp(policy, prompt, completion.token_ids)
+        with policy.disable_adapter():
+            base = _sampled_logp(policy, prompt, completion.token_ids)
+    finally:
+        trainer.close()
+    assert completion.weight_version == 2
+    gap = max(abs(a - b) for a, b in zip(completion.logp, trained, strict=True))
+    moved = max(abs(a - b) for a, b in zip(completion.logp, base, strict=True))
+    assert gap < 2e-3, f"vLLM vs trainer logp gap {gap:.2e}"
+    assert moved > 0.1  # the adapters changed the model vLLM samples
+
+
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`agentrl train --env sokoban --model tiny --steps 2` with LoRA adapters."""
@@ -215,6 +256,7 @@ def check_lora_run(r: dict) -> None:
     assert r["adapter_saved"]
     assert not any("lora_" in k or "base_layer" in k for k in r["state_dict_keys"])
     assert "model.layers.1.self_attn.q_proj.weight" in r["state_dict_keys"]
+    assert not any(".mlp." in k for k in r["state_dict_keys"])  # the engines get adapted layers
 
 
 @pytest.mark.distributed
