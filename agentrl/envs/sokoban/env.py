@@ -109,7 +109,7 @@ class SokobanEnv(TokenEnv):
         rooms_file: str | None = None,
         rooms_set: str | None = None,
         grid_sep: str = "",
-        positions: bool = False,
+        positions: str | None = None,
     ) -> None:
         """Configure the rooms and the budgets.
 
@@ -133,8 +133,10 @@ class SokobanEnv(TokenEnv):
             grid_sep: text between two cells of a grid row. `""` is RAGEN's rendering;
                 `" "` gives a general tokenizer (BPE) one token per cell, so the cell above
                 is always the same number of tokens back (the LLM recipe's rendering).
-            positions: add a line under the grid with the (row, column) of the player, the
-                boxes and the targets, so a model need not find them in the grid.
+            positions: add a line under the grid that says where the player, the boxes and
+                the targets are, so a model need not find them in the grid: `"absolute"` as
+                (row, column), `"relative"` as rows down/up and columns right/left of the
+                player; None: no such line.
         """
         super().__init__()
         size = (room_size, room_size) if isinstance(room_size, int) else tuple(room_size)
@@ -155,6 +157,8 @@ class SokobanEnv(TokenEnv):
         self.max_solution_len = max_actions if max_solution_len is None else max_solution_len
         self.invalid_penalty = float(invalid_penalty)
         self.grid_sep = grid_sep
+        if positions not in (None, "absolute", "relative"):
+            raise ValueError(f"positions must be None, 'absolute' or 'relative', got {positions!r}")
         self.positions = positions
         self.rooms = load_rooms(rooms_file, rooms_set) if rooms_file is not None else None
         self._room_by_seed = {s: i for i, (s, _, _) in enumerate(self.rooms or ()) if s is not None}
@@ -250,15 +254,25 @@ class SokobanEnv(TokenEnv):
 
     def _view(self) -> str:
         """The grid, and the positions line when `positions` is on."""
-        if not self.positions:
+        if self.positions is None:
             return self.render()
         w = self.width
+        pr, pc = divmod(self._player, w)
+
+        def where(c: int) -> str:
+            r, col = divmod(c, w)
+            if self.positions == "absolute":
+                return f"({r}, {col})"
+            dr, dc = r - pr, col - pc
+            rows = f"{abs(dr)} {'down' if dr > 0 else 'up'}" if dr else ""
+            cols = f"{abs(dc)} {'right' if dc > 0 else 'left'}" if dc else ""
+            return " ".join(x for x in (rows, cols) if x) or "here"
 
         def at(cells: Iterable[int]) -> str:
-            return ", ".join(f"({c // w}, {c % w})" for c in sorted(cells))
+            return ", ".join(where(c) for c in sorted(cells))
 
         on = self._boxes & self._targets
-        parts = [f"You are at {at([self._player])}."]
+        parts = [f"You are at {at([self._player])}."] if self.positions == "absolute" else []
         if self._boxes - on:
             parts.append(f"Boxes at {at(self._boxes - on)}.")
         if self._targets - on:
