@@ -7,7 +7,10 @@ for the env's *current* state, in the env's answer format (e.g. `<answer>Up || L
 `solver` works for every env that exposes an exact policy: an `expert_answer(max_actions)`
 method (full answer text) or an `expert_actions(max_actions)` method (a list of action words,
 written as `<answer>A || B</answer>`). `random` plays uniformly random well-formed answers:
-SFT on it teaches the format, not the task. Register other experts by name:
+SFT on it teaches the format, not the task. Register other experts by name; an env's package
+that registers its experts when it is imported needs nothing more, since `get_expert(name,
+env)` imports the env's module before it looks the name up (docs/guide/custom-env.md,
+section 7):
 
 >>> register_expert("always-up", lambda env, max_actions: "<answer>Up</answer>")
 >>> get_expert("always-up")(None, None)
@@ -32,13 +35,30 @@ def register_expert(name: str, expert: Expert) -> None:
     _EXPERTS[name] = expert
 
 
-def get_expert(name: str) -> Expert:
-    """The expert registered as `name`; the error lists the known ones."""
+def get_expert(name: str, env: str | None = None) -> Expert:
+    """The expert registered as `name`; the error lists the known ones.
+
+    When `name` is not registered yet and `env` (a registered env name or a
+    `module.path:Class` string) is given, the env's module is imported first: an expert that
+    the env's package registers on import is then found, as `agentrl sft --expert NAME` and
+    `warm_start.expert: NAME` find it (the custom-env guide, section 7).
+    """
+    if name not in _EXPERTS and env is not None:
+        _import_env_module(env)
     try:
         return _EXPERTS[name]
     except KeyError:
         known = ", ".join(sorted(_EXPERTS))
         raise NoExpertError(f"unknown expert {name!r}; known experts: {known}") from None
+
+
+def _import_env_module(env: str) -> None:
+    """Import the module that defines the env `env` (its package's `__init__` runs too)."""
+    from agentrl.envs.registry import _resolve, spec
+
+    entry_point = spec(env).entry_point
+    if isinstance(entry_point, str):
+        _resolve(entry_point)
 
 
 def experts() -> dict[str, Expert]:

@@ -135,7 +135,7 @@ def _expert_episodes(cfg: SFTConfig, tokenizer: Any, num_episodes: int) -> Itera
         functools.partial(make, cfg.env.name, **cfg.env.kwargs),
         tokenizer,
         range(cfg.first_seed, cfg.first_seed + num_episodes),
-        get_expert(cfg.expert),
+        get_expert(cfg.expert, cfg.env.name),
         max_actions_per_turn=cfg.max_actions_per_turn,
         max_context_tokens=cfg.max_context_tokens,
         env_name=cfg.env.name,
@@ -301,7 +301,7 @@ def run_sft(
     from agentrl.sft.expert import get_expert
 
     start = time.perf_counter()
-    get_expert(cfg.expert)  # fail before anything is written
+    get_expert(cfg.expert, cfg.env.name)  # fail before anything is written
     last_seed = cfg.first_seed + cfg.num_episodes - 1
     if last_seed >= cfg.eval_seed_offset:
         raise ValueError(

@@ -467,7 +467,9 @@ class Trainer:
         if warn and "parse_failures" in fired:
             log.warning(
                 "step %d: %.0f%% of the answers did not parse: the policy is out of the answer "
-                "format (format collapse, or a model that never learned it: warm-start it)",
+                "format (format collapse, or a model that never learned it: warm-start it on an "
+                "expert's episodes, warm_start.expert; see "
+                "docs/guide/custom-env.md#7-give-it-an-expert-a-warm-start)",
                 step,
                 100 * metrics.get("rollout/parse_failure_rate", 0.0),
             )

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from _docs_helpers import (
     DOCS,
+    ROOT,
     block_language,
     block_title,
     fenced_blocks,
@@ -56,10 +57,12 @@ def _run_doctest(body: str, name: str, project: Path, monkeypatch: pytest.Monkey
 
 
 def _bash(script: str, project: Path, pythonpath: list[str]) -> str:
+    """Run `script` in `project` with this tree's agentrl (`ROOT` on the path: a worktree's
+    code, not whichever checkout the venv installed)."""
     proc = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=project,
-        env=venv_env(pythonpath),
+        env=venv_env([*pythonpath, str(ROOT)]),
         capture_output=True,
         text=True,
         timeout=300,
@@ -128,7 +131,9 @@ def test_tutorial_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             seen["pycon"] += 1
         elif language == "bash" and "norun" in info.split():
             if _check_norun(body, project, site, pythonpath):
-                pythonpath = [str(site)]
+                # as after `pip install -e .`: the entry point from the install, the package's
+                # files as the page writes them later (section 7 adds bulls_cows/expert.py)
+                pythonpath = [str(project), str(site)]
             seen["norun"] += 1
         elif language == "bash":
             last_output = _bash(body, project, pythonpath)
@@ -139,8 +144,9 @@ def test_tutorial_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             assert not missing, f"block {index}: output lines not printed: {missing}\n{output}"
             _check_listing(body, last_script, project)
             seen["output"] += 1
-    assert seen == {"file": 3, "pycon": 2, "bash": 4, "output": 3, "norun": 2}, seen
+    assert seen == {"file": 5, "pycon": 3, "bash": 5, "output": 4, "norun": 3}, seen
     assert (project / "runs" / "bulls-cows-tiny" / "metrics.jsonl").is_file()
+    assert (project / "runs" / "bulls-cows-sft" / "expert_trajectories.parquet").is_file()
 
 
 def test_tutorial_covers_the_contract() -> None:
@@ -155,6 +161,9 @@ def test_tutorial_covers_the_contract() -> None:
         "agentrl play",
         '[project.entry-points."agentrl.envs"]',
         "agentrl train --env bulls-cows --model tiny",
+        "register_expert(",
+        "agentrl sft --env bulls-cows --expert first-consistent",
+        "--set warm_start.expert=first-consistent",
     ):
         assert needle in text, f"the tutorial no longer shows {needle!r}"
 

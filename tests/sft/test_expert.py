@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from agentrl.envs import make
@@ -42,6 +45,26 @@ def test_registry_is_extensible_and_errors_name_known_experts() -> None:
     assert get_expert("test-always-left")(None, None) == "<answer>Left</answer>"
     with pytest.raises(NoExpertError, match="solver"):
         get_expert("nope")
+
+
+def test_an_env_package_that_registers_its_expert_on_import_is_found_by_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "pkg_with_expert"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from agentrl.sft import register_expert\n"
+        "register_expert('test-pkg-expert', lambda env, n: '<answer>7</answer>')\n"
+    )
+    (package / "env.py").write_text("from agentrl.envs.guess_number import GuessNumber\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(NoExpertError, match="unknown expert 'test-pkg-expert'"):
+        get_expert("test-pkg-expert")  # nothing imported the package yet
+    assert "pkg_with_expert" not in sys.modules
+    expert = get_expert("test-pkg-expert", "pkg_with_expert.env:GuessNumber")
+    assert expert(None, None) == "<answer>7</answer>"
+    with pytest.raises(NoExpertError, match="known experts: .*solver"):
+        get_expert("still-unknown", "guess-number")  # a known env, an unknown expert
 
 
 def test_solver_expert_refuses_env_without_expert_method() -> None:
