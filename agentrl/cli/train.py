@@ -398,7 +398,8 @@ def train(
         ),
     ] = None,
     engine: Annotated[
-        str | None, typer.Option("--engine", help="Inference engine: hf or vllm.")
+        str | None,
+        typer.Option("--engine", help="Inference engine: hf, vllm or a registered one."),
     ] = None,
     backend: Annotated[
         str | None, typer.Option("--backend", help="Training backend: local, fsdp2 or deepspeed.")
