@@ -141,6 +141,10 @@ def _documented_paths(model: type[BaseModel]) -> dict[type[BaseModel], str]:
             if sub is not None and sub is not parent and sub not in found:
                 found[sub] = f"{path}.{name}" if path else name
                 queue.append((sub, found[sub]))
+    for sub in list(found):  # a base of a documented section (`warm_start.optim`, an `optim`
+        wider = [c for c in found if c is not sub and issubclass(c, sub)]  # less critic_lr)
+        if wider:  # repeats the one documented in full
+            found[sub] = found[wider[0]]
     return found
 
 
@@ -148,7 +152,13 @@ def _anchor(path: str) -> str:
     return (path or "top-level").replace(".", "")
 
 
-def _repeated_section(dotted: str, field: FieldInfo, sub: type[BaseModel], full: str) -> Key:
+def _repeated_section(
+    dotted: str,
+    field: FieldInfo,
+    sub: type[BaseModel],
+    full: str,
+    documented: dict[type[BaseModel], str],
+) -> Key:
     """One row for a section that repeats one documented elsewhere (`warm_start.optim` is an
     `optim`): a link to it, and the defaults that differ from its own."""
     own = _default(field)
@@ -158,6 +168,13 @@ def _repeated_section(dotted: str, field: FieldInfo, sub: type[BaseModel], full:
     link = f"[`{full}`](#{_anchor(full)})"
     doc = _one_line(field.description)
     note = f"The keys of {link}, with its defaults but for those shown."
+    full_model = next((c for c, p in documented.items() if p == full and c is not sub), sub)
+    missing = [k for k in full_model.model_fields if k not in sub.model_fields]
+    if missing:
+        note = (
+            f"The keys of {link} but {', '.join(f'`{k}`' for k in missing)}, with its "
+            "defaults but for those shown."
+        )
     return Key(dotted, f"{link} section", format_default(own), f"{doc} {note}".strip())
 
 
@@ -179,7 +196,9 @@ def collect(
         sub = _submodel(field.annotation)
         if sub is not None and sub is not model:
             if documented.get(sub, dotted) != dotted:
-                section.keys.append(_repeated_section(dotted, field, sub, documented[sub]))
+                section.keys.append(
+                    _repeated_section(dotted, field, sub, documented[sub], documented)
+                )
             else:
                 children.extend(collect(sub, dotted, _one_line(field.description), documented))
             continue

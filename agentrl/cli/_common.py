@@ -11,6 +11,17 @@ from typing import Any
 import typer
 
 
+class RunError(Exception):
+    """A run or evaluation that cannot start (an unknown env, a missing service, a taken run
+    folder, a model folder without a model); the message says why. A command prints it as
+    `error: ...` and exits with `code` (2: bad usage; 1: a service is missing); the Python
+    API raises it."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print `error: message` to stderr and exit with `code` (2: bad usage)."""
     typer.echo(f"error: {message}", err=True)
@@ -44,23 +55,30 @@ def env_errors_stop(
 
 
 def require_services(env: str, kwargs: dict[str, Any] | None = None) -> None:
-    """Stop (exit code 1), before a model loads or anything is written, when `env` runs its
-    tool in a Docker sandbox (its registration `requires` docker) and no daemon answers or
-    the sandbox image is missing; the message says how to start Docker. An env given
-    `sandbox_config: {backend: local}` (bubblewrap), or arguments its registration's
-    `requires_unless` names (tool-python's `tool: false`), needs no Docker."""
+    """Stop (exit code 1), before a model loads or anything is written, when a service `env`
+    needs is missing (`missing_service`); the message says how to start it."""
+    why = missing_service(env, kwargs)
+    if why is not None:
+        fail(why, code=1)
+
+
+def missing_service(env: str, kwargs: dict[str, Any] | None = None) -> str | None:
+    """Why `env` cannot run here, or None: it runs its tool in a Docker sandbox (its
+    registration `requires` docker) and no daemon answers or the sandbox image is missing
+    (the message says how to start Docker). An env given `sandbox_config: {backend: local}`
+    (bubblewrap), or arguments its registration's `requires_unless` names (tool-python's
+    `tool: false`), needs no Docker."""
     from agentrl.envs.registry import UnknownEnvError, spec
 
     try:
         requires = spec(env).services(kwargs)
     except UnknownEnvError:
-        return
+        return None
     sandbox = dict((kwargs or {}).get("sandbox_config") or {})
     if "docker" not in requires or sandbox.get("backend", "docker") != "docker":
-        return
+        return None
     from agentrl.sandbox.config import DEFAULT_IMAGE
     from agentrl.sandbox.docker import unavailable_reason
 
     why = unavailable_reason(sandbox.get("image", DEFAULT_IMAGE))
-    if why is not None:
-        fail(f"{env} runs code in a Docker sandbox, and {why}", code=1)
+    return None if why is None else f"{env} runs code in a Docker sandbox, and {why}"

@@ -7,12 +7,14 @@ the first line of output says which settings were used and where they came from.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from agentrl.cli._common import env_errors_stop, require_services
+from agentrl.cli._common import RunError, env_errors_stop, missing_service
 from agentrl.cli._common import fail as _fail
 from agentrl.runtime.model_settings import ModelSettings
 
@@ -67,6 +69,19 @@ def settings_line(
     )
 
 
+def _weights_folder(model: str) -> Path:
+    """The folder whose weights `model` samples with (an adapter folder's base), for
+    `default_engine`; `model` itself when it does not resolve (loading it fails later,
+    with its own message)."""
+    from agentrl.rollout.models import resolve_model
+    from agentrl.runtime.lora import adapter_base, is_adapter_dir
+
+    try:
+        return resolve_model(adapter_base(model) if is_adapter_dir(model) else model)
+    except (FileNotFoundError, ValueError):
+        return Path(model)
+
+
 def result_lines(
     result: dict[str, float], *, env: str, temperature: float, seed_offset: int
 ) -> str:
@@ -107,19 +122,6 @@ def result_lines(
         else:
             parts.append(f"{label} moves: no episodes")
     return text + "\n  by optimal solution length: " + "; ".join(parts)
-
-
-def _weights_folder(model: str) -> Path:
-    """The folder whose weights `model` samples with (an adapter folder's base), for
-    `default_engine`; `model` itself when it does not resolve (loading it fails later,
-    with its own message)."""
-    from agentrl.rollout.models import resolve_model
-    from agentrl.runtime.lora import adapter_base, is_adapter_dir
-
-    try:
-        return resolve_model(adapter_base(model) if is_adapter_dir(model) else model)
-    except (FileNotFoundError, ValueError):
-        return Path(model)
 
 
 def eval_cmd(
@@ -183,31 +185,8 @@ def eval_cmd(
     max_turns, history_turns, context and answer limits, eval temperature and seeds), saved in
     its folder; flags override them. The first line says which were used and from where.
     """
-    import contextlib
-    import functools
+    from agentrl.config import _parse_value
 
-    from agentrl.cli.model_folders import describe_model_folder, read_model_settings
-    from agentrl.config import ConfigError, TrainConfig, _parse_value
-    from agentrl.envs import make
-    from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
-    from agentrl.rollout.engines import SeededEngine, build_engine, default_engine
-    from agentrl.rollout.evaluate import evaluate
-    from agentrl.rollout.models import load_tokenizer
-    from agentrl.runtime.lora import is_adapter_dir, loadable_model
-    from agentrl.runtime.threads import set_torch_threads
-    from agentrl.train.checkpoint import model_dir
-
-    saved = None
-    if Path(model).exists():
-        try:  # a LoRA adapter folder is loaded merged into its base (`loadable_model`)
-            folder = Path(model) if is_adapter_dir(model) else model_dir(Path(model))
-        except FileNotFoundError:
-            _fail(describe_model_folder(Path(model)))
-        model = str(folder)
-        try:
-            saved = read_model_settings(folder)
-        except ConfigError as e:
-            _fail(str(e))
     env_kwargs: dict[str, Any] = {}
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -223,50 +202,129 @@ def eval_cmd(
         "eval_episodes": episodes,
         "engine": engine,
     }
+    try:
+        setup = eval_setup(model, env=env, flags=flags, temperatures=temperature)
+        typer.echo(f"{setup.line} (from {setup.origin})")
+        with env_errors_stop(setup.settings.env.name, setup.settings.env.kwargs):
+            for temp, result, _ in run_evaluations(setup):
+                line = result_lines(
+                    result,
+                    env=setup.settings.env.name,
+                    temperature=temp,
+                    seed_offset=setup.settings.eval_seed_offset,
+                )
+                typer.echo(line)
+    except RunError as e:
+        _fail(str(e), code=e.code)
+
+
+@dataclass
+class EvalSetup:
+    """What one `agentrl eval` evaluates: the model, its settings and the temperatures."""
+
+    model: str
+    """The model to load: a model or LoRA adapter folder, an alias or a Hugging Face id."""
+    settings: ModelSettings
+    """The settings the episodes are played with (`eval_settings`)."""
+    origin: str
+    """Where the settings came from (`eval_settings`)."""
+    temperatures: list[float]
+    """One evaluation per sampling temperature."""
+    line: str
+    """The settings line `agentrl eval` prints first (`settings_line`)."""
+
+
+def eval_setup(
+    model: str,
+    *,
+    env: str | None,
+    flags: dict[str, Any],
+    temperatures: list[float] | None = None,
+) -> EvalSetup:
+    """The evaluation of `model` (a run or checkpoint folder is read for its model folder
+    and saved settings) with `flags` over its settings (`eval_settings`), at `temperatures`
+    (default: the settings' eval temperature). Raises `RunError` when the folder holds no
+    model or its settings, or the env cannot be built, with them."""
+    from agentrl.cli.model_folders import describe_model_folder, read_model_settings
+    from agentrl.config import ConfigError
+    from agentrl.envs import make
+    from agentrl.runtime.lora import is_adapter_dir
+    from agentrl.train.checkpoint import model_dir
+
+    saved = None
+    if Path(model).exists():
+        try:  # a LoRA adapter folder is loaded merged into its base (`loadable_model`)
+            folder = Path(model) if is_adapter_dir(model) else model_dir(Path(model))
+        except FileNotFoundError:
+            raise RunError(describe_model_folder(Path(model))) from None
+        model = str(folder)
+        try:
+            saved = read_model_settings(folder)
+        except ConfigError as e:
+            raise RunError(str(e)) from None
     settings, origin = eval_settings(saved, env=env, flags=flags)
     engine_note = ""
     if settings.engine is None:  # neither --engine nor the model's settings name one
+        from agentrl.rollout.engines import default_engine
+
         name, why = default_engine(_weights_folder(model))
         settings = settings.model_copy(update={"engine": name})
         engine_note = f" ({why}; --engine to change)"
-    env_factory = functools.partial(make, settings.env.name, **settings.env.kwargs)
     try:
-        probe = env_factory()
+        probe = make(settings.env.name, **settings.env.kwargs)
     except (KeyError, ImportError, TypeError, ValueError) as e:
-        _fail(f"env {settings.env.name} with {settings.env.kwargs}: {e}")
-    temperatures = temperature or [settings.eval_temperature]
+        raise RunError(f"env {settings.env.name} with {settings.env.kwargs}: {e}") from None
+    temperatures = list(temperatures or [settings.eval_temperature])
     line = settings_line(
-        settings,
-        env_max_turns=probe.max_turns,
-        temperatures=temperatures,
-        engine_note=engine_note,
+        settings, env_max_turns=probe.max_turns, temperatures=temperatures, engine_note=engine_note
     )
     probe.close()
-    typer.echo(f"{line} (from {origin})")
+    return EvalSetup(model, settings, origin, temperatures, line)
 
+
+def run_evaluations(setup: EvalSetup) -> Iterator[tuple[float, dict[str, float], list[Any]]]:
+    """Load the model once and evaluate it at each temperature of `setup`: yields the
+    temperature, the metrics of `agentrl.rollout.evaluate.evaluate` and the episodes (one
+    `Trajectory` per validation seed). Raises `RunError` when a service the env needs is
+    missing or the model cannot be loaded."""
+    import contextlib
+    import functools
+
+    from agentrl.config import TrainConfig
+    from agentrl.envs import make
+    from agentrl.rollout.config import EngineConfig, RolloutConfig, SamplingConfig
+    from agentrl.rollout.engines import SeededEngine, build_engine
+    from agentrl.rollout.evaluate import evaluation_metrics, validation_episodes
+    from agentrl.rollout.models import load_tokenizer
+    from agentrl.runtime.lora import loadable_model
+    from agentrl.runtime.threads import set_torch_threads
+
+    settings = setup.settings
+    env_factory = functools.partial(make, settings.env.name, **settings.env.kwargs)
     cfg = TrainConfig(engine=EngineConfig(name=settings.engine or "hf"))
-    cfg.model.name = model
+    cfg.model.name = setup.model
     rollout_cfg = RolloutConfig(
         max_turns=settings.max_turns,
         history_turns=settings.history_turns,
         max_context_tokens=settings.max_context_tokens,
     )
-    require_services(settings.env.name, settings.env.kwargs)
+    why = missing_service(settings.env.name, settings.env.kwargs)
+    if why is not None:
+        raise RunError(why, code=1)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(env_errors_stop(settings.env.name, settings.env.kwargs))
         try:
-            model_path = stack.enter_context(loadable_model(model))
+            model_path = stack.enter_context(loadable_model(setup.model))
         except (FileNotFoundError, ValueError, RuntimeError) as e:  # e.g. an adapter's base
-            _fail(str(e))
+            raise RunError(str(e)) from None
         tokenizer = load_tokenizer(str(model_path))
         set_torch_threads(key="OMP_NUM_THREADS")  # the HF engine's, from the usable CPUs
         runner = SeededEngine(build_engine(cfg, model_path))
         stack.callback(runner.close)
-        for temp in temperatures:
+        for temp in setup.temperatures:
             sampling = SamplingConfig(
                 temperature=temp, max_new_tokens=settings.max_new_tokens, seed=0
             )
-            result = evaluate(
+            trajs = validation_episodes(
                 runner,
                 env_factory,
                 tokenizer,
@@ -276,10 +334,4 @@ def eval_cmd(
                 sampling=sampling.to_params(),
                 env_name=settings.env.name,
             )
-            line = result_lines(
-                result,
-                env=settings.env.name,
-                temperature=temp,
-                seed_offset=settings.eval_seed_offset,
-            )
-            typer.echo(line)
+            yield temp, evaluation_metrics(trajs), trajs

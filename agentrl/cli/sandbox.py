@@ -27,7 +27,9 @@ def build(
 
 @app.command()
 def check(
-    backend: str = typer.Option("docker", help="docker or local (bubblewrap)."),
+    backend: str = typer.Option(
+        "docker", help="docker, local (bubblewrap) or a registered backend."
+    ),
     image: str = typer.Option("agentrl-sandbox:latest", help="Image for the docker backend."),
 ) -> None:
     """Run a self-test of the sandbox (isolation and limits) and print a table."""
@@ -40,7 +42,7 @@ def check(
 
     try:
         sandbox = make_sandbox(
-            SandboxConfig(backend=backend, image=image, pool_size=1, memory_mb=256, work_mb=32)  # type: ignore[arg-type]
+            SandboxConfig(backend=backend, image=image, pool_size=1, memory_mb=256, work_mb=32)
         )
     except SandboxError as e:
         typer.echo(f"sandbox unavailable: {e}", err=True)

@@ -7,15 +7,19 @@ stays fast.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from agentrl.cli._common import env_errors_stop, require_services
+from agentrl.cli._common import RunError, env_errors_stop, missing_service
 from agentrl.cli._common import fail as _fail
 from agentrl.cli.eval import eval_cmd
 
@@ -249,6 +253,91 @@ def resolve_train_config(
     return load_config(config_file, user_overrides, base=base, typed=typed)
 
 
+def override_items(overrides: Mapping[str, Any] | None) -> list[str]:
+    """`--set` items for a dict of dotted keys and values (the Python API's `overrides`): a
+    value goes as JSON, which `--set` reads as YAML, unless it is a string that reads as
+    itself.
+
+    >>> override_items({"trainer.num_steps": 2, "env.kwargs": {"size": 6}, "model.name": "tiny"})
+    ['trainer.num_steps=2', 'env.kwargs={"size": 6}', 'model.name=tiny']
+    >>> override_items({"model.name": "true"})
+    ['model.name="true"']
+    """
+    from agentrl.config import _parse_value
+
+    items = []
+    for key, value in (overrides or {}).items():
+        if isinstance(value, Path):
+            value = str(value)
+        if isinstance(value, str) and _parse_value(value) == value:
+            items.append(f"{key}={value}")
+        else:
+            items.append(f"{key}={json.dumps(value)}")
+    return items
+
+
+@dataclass
+class TrainResult:
+    """What a finished run left: its folder and the metrics of its last step."""
+
+    run_dir: Path
+    """The run folder (config.yaml, metrics.jsonl, checkpoints/); `agentrl.evaluate` takes it."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The last step's metrics (the last line of metrics.jsonl): `reward/mean`,
+    `success_rate`, and `val/success_rate` on an eval step."""
+
+
+def last_metrics(run_dir: Path) -> dict[str, float]:
+    """The last line of the run's metrics.jsonl, or {} when it has none."""
+    from agentrl.runtime.metrics import METRICS_FILE
+
+    path = Path(run_dir) / METRICS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return json.loads(lines[-1]) if lines else {}
+
+
+def train_run(
+    cfg: Any, run_dir: Path | None = None, *, resume: bool = False, env_origin: str = "env.name"
+) -> TrainResult:
+    """Run `cfg` into `run_dir` (default `runs/<env>-<model>-<time>`), or continue the run
+    there (`resume`): what `agentrl train` and `agentrl.train` run once the config is resolved.
+
+    Before anything is written it checks that the env is known (`env_origin` says where its
+    name came from, in the error), that the services it needs answer, and that a new run's
+    folder holds no run; it raises `RunError` when not. Under torchrun every rank joins the
+    process group and uses rank 0's folder.
+    """
+    from agentrl.config import dump_config
+
+    _require_known_env(cfg.env.name, env_origin)
+    why = missing_service(cfg.env.name, cfg.env.kwargs)
+    if why is not None:
+        raise RunError(why, code=1)
+    rank = _join_ranks(cfg)
+    run_dir = Path(run_dir or _default_run_dir(cfg))
+    if rank is not None:  # torchrun: every rank uses rank 0's run directory
+        from agentrl.runtime._ranks import broadcast_object
+
+        run_dir = broadcast_object(run_dir)
+    if not resume and (run_dir / "checkpoints").is_dir():
+        raise RunError(
+            f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir"
+        )
+    if not rank:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
+    from agentrl.cli.run import run_training
+    from agentrl.runtime._dist import leave_process_group
+
+    ok = False
+    try:
+        run_training(cfg, run_dir, resume=resume)
+        ok = True
+    finally:
+        leave_process_group(ok=ok)
+    return TrainResult(run_dir, last_metrics(run_dir))
+
+
 def _default_run_dir(cfg: Any) -> Path:
     model = Path(cfg.model.name).name or cfg.model.name
     env = cfg.env.name.replace(":", "-").replace("/", "-").replace(".", "-")
@@ -272,8 +361,8 @@ def _env_origin(
 
 
 def _require_known_env(name: str, origin: str) -> None:
-    """Fail before anything is written when `name` is no registered env (the nearest names
-    and every known one are listed) or its `module.path:Class` cannot be imported."""
+    """Raise `RunError` when `name` is no registered env (the nearest names and every known
+    one are listed) or its `module.path:Class` cannot be imported."""
     from agentrl.envs.registry import UnknownEnvError, _resolve, spec
 
     try:
@@ -281,18 +370,18 @@ def _require_known_env(name: str, origin: str) -> None:
         if isinstance(entry_point, str):
             _resolve(entry_point)
     except (UnknownEnvError, ImportError, ValueError) as e:
-        _fail(f"{origin}: {e}")
+        raise RunError(f"{origin}: {e}") from None
 
 
 def _join_ranks(cfg: Any) -> int | None:
     """Under torchrun (`WORLD_SIZE` > 1): join the process group and return this rank; else
     None. Multi-rank training needs a sharding backend; `local` is one process."""
-    import os
-
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
     if cfg.trainer.backend == "local":
-        _fail("torchrun with --backend local: use --backend fsdp2 or deepspeed for several ranks")
+        raise RunError(
+            "torchrun with --backend local: use --backend fsdp2 or deepspeed for several ranks"
+        )
     from agentrl.runtime._dist import init_process_group, pick_device
 
     rank, _ = init_process_group(pick_device(cfg.trainer.device))
@@ -309,7 +398,8 @@ def train(
         ),
     ] = None,
     engine: Annotated[
-        str | None, typer.Option("--engine", help="Inference engine: hf or vllm.")
+        str | None,
+        typer.Option("--engine", help="Inference engine: hf, vllm or a registered one."),
     ] = None,
     backend: Annotated[
         str | None, typer.Option("--backend", help="Training backend: local, fsdp2 or deepspeed.")
@@ -393,29 +483,21 @@ def train(
     if print_config:
         typer.echo(dump_config(cfg), nl=False)
         return
-    _require_known_env(cfg.env.name, _env_origin(env, overrides or [], config, resume))
-    require_services(cfg.env.name, cfg.env.kwargs)
-    rank = _join_ranks(cfg)
-    run_dir = run_dir or _default_run_dir(cfg)
-    if rank is not None:  # torchrun: every rank uses rank 0's run directory
-        from agentrl.runtime._ranks import broadcast_object
-
-        run_dir = broadcast_object(run_dir)
-    if resume is None and (run_dir / "checkpoints").is_dir():
-        _fail(f"{run_dir} already holds a run; use --resume {run_dir} or another --run-dir")
-    if not rank:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(dump_config(cfg))
-    from agentrl.cli.run import run_training
     from agentrl.rollout.models import ModelNotFoundError
-    from agentrl.runtime._dist import exit_rank, leave_process_group
+    from agentrl.runtime._dist import exit_rank
 
-    ok = False
+    run_dir = run_dir or _default_run_dir(cfg)
     resume_cmd = f"agentrl train --resume {run_dir}"
     try:
         with env_errors_stop(cfg.env.name, cfg.env.kwargs, resume=resume_cmd):
-            run_training(cfg, run_dir, resume=resume is not None)
-        ok = True
+            train_run(
+                cfg,
+                run_dir,
+                resume=resume is not None,
+                env_origin=_env_origin(env, overrides or [], config, resume),
+            )
+    except RunError as e:
+        _fail(str(e), code=e.code)
     except ConfigError as e:  # e.g. an env keyword the env does not take
         _fail(str(e))
     except ModelNotFoundError as e:  # --model names no model folder, alias or reachable id
@@ -427,10 +509,8 @@ def train(
         if e.code == 128 + signal.SIGTERM:
             typer.echo(f"\nstopped (SIGTERM); resume with: {resume_cmd}", err=True)
         raise
-    finally:
-        leave_process_group(ok=ok)
-    if rank is not None:  # a torchrun rank that finished: no interpreter teardown (see there)
-        exit_rank(0)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a finished torchrun rank: no interpreter
+        exit_rank(0)  # teardown (see there)
 
 
 def export(

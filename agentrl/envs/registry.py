@@ -242,3 +242,38 @@ def make(name: str, **kwargs: Any) -> TokenEnv:
     if not isinstance(env, TokenEnv):
         raise TypeError(f"env {name!r} built a {type(env).__name__}, not a TokenEnv subclass")
     return env
+
+
+def env_name(env: str | EntryPoint) -> str:
+    """The name under which `env` is built: a name as it is; a class or function that can be
+    imported by its module path as `module.path:Name` (so a run folder names it for any later
+    process); any other class or factory (one defined in a script or notebook, or in a
+    function; a `functools.partial`; a lambda, as `env`) registered under its own name (`-2`,
+    `-3`... where that is taken), which this process knows.
+
+    >>> from agentrl.envs.guess_number import GuessNumber
+    >>> env_name("sokoban"), env_name(GuessNumber)
+    ('sokoban', 'agentrl.envs.guess_number:GuessNumber')
+    """
+    if isinstance(env, str):
+        return env
+    if not callable(env):
+        raise TypeError(f"env must be a name, a TokenEnv subclass or a factory, not {env!r}")
+    module, qualname = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
+    if module and module != "__main__" and qualname and "<" not in qualname:
+        path = f"{module}:{qualname}"
+        try:
+            if _resolve(path) is env:
+                return path
+        except ImportError:
+            pass
+    wrapped = getattr(env, "func", None)  # a functools.partial is named after its function
+    base = getattr(env, "__name__", None) or getattr(wrapped, "__name__", None) or "env"
+    base = base if base != "<lambda>" else "env"
+    name, n = base, 1
+    while name in _REGISTRY and _REGISTRY[name].entry_point is not env:
+        n += 1
+        name = f"{base}-{n}"
+    if name not in _REGISTRY:
+        register(name, env)
+    return name

@@ -23,6 +23,8 @@ _EXPORTS = {
     "HFEngine": "agentrl.rollout.hf_engine",
     "VLLMEngine": "agentrl.rollout.vllm_engine",
     "RayEngine": "agentrl.rollout.ray_engine",
+    "register_engine": "agentrl.rollout.engine_registry",
+    "engine_names": "agentrl.rollout.engine_registry",
     "load_model": "agentrl.rollout.models",
     "load_tokenizer": "agentrl.rollout.models",
     "resolve_model": "agentrl.rollout.models",

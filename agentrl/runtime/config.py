@@ -65,16 +65,12 @@ class ModelConfig(_Section):
 
 
 class OptimConfig(_Section):
-    """AdamW and its learning-rate schedule (policy and critic)."""
+    """AdamW (betas 0.9, 0.999; no weight decay) and its learning-rate schedule: the
+    `warm_start.optim` and `agentrl sft` keys; RL's `optim` adds the critic's lr
+    (`PolicyOptimConfig`)."""
 
     lr: float = Field(default=1e-5, gt=0)
     """Policy learning rate after warmup."""
-    critic_lr: float = Field(default=1e-4, gt=0)
-    """Critic (value model) learning rate after warmup."""
-    weight_decay: float = Field(default=0.0, ge=0)
-    """AdamW decoupled weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW beta1, beta2."""
     max_grad_norm: float = Field(default=1.0, gt=0)
     """Gradients are clipped to this global L2 norm before each optimizer step."""
     warmup_steps: int = Field(default=0, ge=0)
@@ -88,6 +84,13 @@ class OptimConfig(_Section):
     restarts, SGDR)."""
     cycle_decay: float = Field(default=1.0, gt=0, le=1)
     """Each cycle's peak LR is this times the previous cycle's."""
+
+
+class PolicyOptimConfig(OptimConfig):
+    """AdamW and its learning-rate schedule for RL: the policy's, and the critic's lr."""
+
+    critic_lr: float = Field(default=1e-4, gt=0)
+    """Critic (value model) learning rate after warmup (algorithms with a critic: ppo)."""
 
 
 _SFT_OPTIM_DEFAULTS: dict[str, Any] = {
@@ -329,7 +332,7 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
     """Every dotted key of a config model (nested sections expanded), in declaration order.
 
     >>> config_keys(OptimConfig)[:2]
-    ['lr', 'critic_lr']
+    ['lr', 'max_grad_norm']
     """
     keys = []
     for name, field in model.model_fields.items():

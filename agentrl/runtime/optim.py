@@ -11,16 +11,17 @@ from agentrl.runtime.config import OptimConfig
 
 ADAM_EPS = 1e-8
 """AdamW's epsilon (PyTorch's default)."""
+ADAM_BETAS = (0.9, 0.999)
+"""AdamW's betas (PyTorch's default)."""
 
 
 def build_optimizer(
     params: Iterable[torch.nn.Parameter], cfg: OptimConfig, *, lr: float
 ) -> torch.optim.AdamW:
-    """AdamW over the parameters that require grad (foreach kernels, no fused CPU path)."""
+    """AdamW over the parameters that require grad (foreach kernels, no fused CPU path), without
+    weight decay."""
     trainable = [p for p in params if p.requires_grad]
-    return torch.optim.AdamW(
-        trainable, lr=lr, betas=cfg.betas, eps=ADAM_EPS, weight_decay=cfg.weight_decay
-    )
+    return torch.optim.AdamW(trainable, lr=lr, betas=ADAM_BETAS, eps=ADAM_EPS, weight_decay=0.0)
 
 
 def lr_factor(step: int, cfg: OptimConfig, num_optimizer_steps: int) -> float:

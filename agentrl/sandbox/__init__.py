@@ -11,6 +11,7 @@ from typing import Any
 
 from agentrl.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxUnavailableError
 from agentrl.sandbox.config import DEFAULT_IMAGE, SandboxConfig
+from agentrl.sandbox.registry import register_sandbox, sandbox_backend, sandbox_backends
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -22,19 +23,17 @@ __all__ = [
     "SandboxError",
     "SandboxUnavailableError",
     "make_sandbox",
+    "register_sandbox",
+    "sandbox_backend",
+    "sandbox_backends",
 ]
 
 
 def make_sandbox(config: SandboxConfig | None = None, **overrides: Any) -> Sandbox:
-    """Build the sandbox `config.backend` names (`docker` by default, or `local`)."""
+    """Build the sandbox `config.backend` names (`docker` by default, `local`, or a backend
+    registered with `register_sandbox`; see `agentrl.sandbox.registry`)."""
     config = (config or SandboxConfig()).model_copy(update=overrides)
-    if config.backend == "docker":
-        from agentrl.sandbox.docker import DockerSandbox
-
-        return DockerSandbox(config)
-    from agentrl.sandbox.local import LocalSandbox
-
-    return LocalSandbox(config)
+    return sandbox_backend(config.backend)(config)
 
 
 def __getattr__(name: str) -> Any:

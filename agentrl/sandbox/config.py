@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_IMAGE = "agentrl-sandbox:latest"
 
@@ -14,8 +12,9 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    backend: Literal["docker", "local"] = "docker"
-    """`docker` (containers, strong isolation) or `local` (bubblewrap, weaker isolation)."""
+    backend: str = "docker"
+    """`docker` (containers, strong isolation), `local` (bubblewrap, weaker isolation), a
+    backend registered with `agentrl.sandbox.register_sandbox`, or `module.path:Class`."""
     image: str = DEFAULT_IMAGE
     """Docker image with `python3` and a non-root user; `agentrl sandbox build` makes it."""
     user: str = "1000:1000"
@@ -52,3 +51,11 @@ class SandboxConfig(BaseModel):
     than a fresh `python3` process (tens of ms); isolation is the same."""
     start_timeout: float = Field(30.0, gt=0)
     """Seconds to wait for a new container's executor to answer."""
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, name: str) -> str:
+        """A registered backend or a `module.path:Class` (the error names the known ones)."""
+        from agentrl.sandbox.registry import check_backend
+
+        return check_backend(name)

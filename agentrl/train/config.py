@@ -28,6 +28,7 @@ from agentrl.runtime.config import (
     LoraConfig,
     ModelConfig,
     OptimConfig,
+    PolicyOptimConfig,
 )
 from agentrl.runtime.config import config_keys as _config_keys
 from agentrl.runtime.config import load_config as _load_config
@@ -40,6 +41,7 @@ __all__ = [
     "LoggingConfig",
     "LoraConfig",
     "OptimConfig",
+    "PolicyOptimConfig",
     "TrainConfig",
     "TrainerConfig",
     "WarmStartConfig",
@@ -146,6 +148,11 @@ class TrainConfig(_Section):
         "engine.num_cpus_per_replica": "removed: each Ray replica reserves one CPU",
         "engine.placement_strategy": "removed: Ray's scheduler places the replicas",
         "trainer.lora.dropout": "removed: LoRA adapters have no dropout",
+        "optim.weight_decay": "removed: AdamW runs without weight decay",
+        "optim.betas": "removed: AdamW's betas are (0.9, 0.999)",
+        "warm_start.optim.weight_decay": "removed: AdamW runs without weight decay",
+        "warm_start.optim.betas": "removed: AdamW's betas are (0.9, 0.999)",
+        "warm_start.optim.critic_lr": "removed: the warm start trains no critic",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 
@@ -161,7 +168,7 @@ class TrainConfig(_Section):
     """The inference engine."""
     algo: AlgoConfig = Field(default_factory=AlgoConfig)
     """The RL algorithm (see the presets)."""
-    optim: OptimConfig = Field(default_factory=OptimConfig)
+    optim: PolicyOptimConfig = Field(default_factory=PolicyOptimConfig)
     """AdamW and the learning-rate schedule."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     """The training loop and its backend."""

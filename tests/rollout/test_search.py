@@ -269,8 +269,8 @@ def test_search_needs_expert_iteration_markov_prompts_and_the_local_backend() ->
 def test_expert_iteration_imitates_the_solutions_it_found(tmp_path) -> None:
     """Eight rooms, searched every step (the seed range holds only them): four steps bring
     the NLL of the first step's solutions from chance (a random model) to a fraction of it.
-    (Learning which answer each state needs takes a trained start: the Sokoban runs in
-    results/sokoban-rl/expert-iteration/.)"""
+    (Learning which answer each state needs takes a trained start: the Sokoban runs of
+    docs/results.md, from results/sokoban-rl/warm_start.)"""
     cfg = _search_config(
         "trainer.num_steps=4", "trainer.num_groups=8", "algo.num_mini_batches=4",
         "trainer.first_seed=500000", "eval.seed_offset=500008", "optim.lr=3e-3",

@@ -113,9 +113,7 @@ def run(name: str, ckpt: Path) -> dict:
     from agentrl.rollout.models import load_model
     from agentrl.train.config import OptimConfig
 
-    optim = OptimConfig(
-        lr=LR, weight_decay=0.01, max_grad_norm=0.5, warmup_steps=1, schedule="linear"
-    )
+    optim = OptimConfig(lr=LR, max_grad_norm=0.5, warmup_steps=1, schedule="linear")
     torch.manual_seed(0)
     model = load_model("tiny", dtype="float32").train()
     reference = copy.deepcopy(model)
@@ -210,9 +208,7 @@ def run_variants(name: str) -> dict:
     from agentrl.rollout.models import load_model
     from agentrl.train.config import OptimConfig
 
-    optim = OptimConfig(
-        lr=LR, weight_decay=0.01, max_grad_norm=0.5, warmup_steps=1, schedule="linear"
-    )
+    optim = OptimConfig(lr=LR, max_grad_norm=0.5, warmup_steps=1, schedule="linear")
     out: dict = {}
     weights = {}
     for variant, kwargs in [
