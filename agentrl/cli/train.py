@@ -60,8 +60,9 @@ character-level tokenizer); a pretrained LLM's has tens of thousands."""
 
 
 def is_pretrained(model: str | None) -> bool:
-    """Whether `model` is a pretrained LLM rather than `tiny` (or a folder of a model built
-    like it: a vocabulary of at most 4,096 ids). None is the config's default model.
+    """Whether `model` is a pretrained LLM rather than `tiny` (or a model, adapter, checkpoint
+    or run folder of a model built like it: a vocabulary of at most 4,096 ids). None is the
+    config's default model.
 
     >>> is_pretrained("tiny"), is_pretrained("smollm2-135m"), is_pretrained("Qwen/Qwen2.5-0.5B")
     (False, True, True)
@@ -74,13 +75,19 @@ def is_pretrained(model: str | None) -> bool:
         model = ModelConfig().name
     if model == "tiny":
         return False
-    config = Path(model) / "config.json"
-    if config.is_file():
-        try:
-            vocab = json.loads(config.read_text()).get("vocab_size")
-        except (OSError, ValueError):
-            return True
-        return not (isinstance(vocab, int) and vocab <= _TINY_VOCAB)
+    folder = Path(model)
+    checkpoints = sorted(folder.glob("checkpoints/*/policy"))
+    for policy in [folder, folder / "policy", *checkpoints[-1:]]:
+        for sub in (policy, policy / "model", policy / "adapter"):
+            try:
+                if (sub / "adapter_config.json").is_file():
+                    base = json.loads((sub / "adapter_config.json").read_text())
+                    return is_pretrained(base.get("base_model_name_or_path"))
+                if (sub / "config.json").is_file():
+                    vocab = json.loads((sub / "config.json").read_text()).get("vocab_size")
+                    return not (isinstance(vocab, int) and vocab <= _TINY_VOCAB)
+            except (OSError, ValueError):
+                return True
     return True
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 
 import pytest
 
@@ -77,10 +78,20 @@ def test_tiny_and_folders_of_tiny_keep_the_tiny_recipe(tmp_path) -> None:
         flags = {"env.name": "sokoban", "model.name": model}
         cfg = resolve_train_config(config_file=None, overrides=[], preset=None, flags=flags)
         assert cfg.algo.name == "expert-iteration" and cfg.warm_start.num_episodes == 65536
+    run = tmp_path / "run"  # a tiny run's checkpoint, and an adapter over tiny
+    (run / "checkpoints" / "step_000002" / "policy" / "model").mkdir(parents=True)
+    shutil.copy(folder / "config.json", run / "checkpoints" / "step_000002" / "policy" / "model")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(f'{{"base_model_name_or_path": "{folder}"}}')
+    for model in (run, run / "checkpoints" / "step_000002", adapter):
+        assert recipe_path("sokoban", str(model)).name == "cpu-sokoban.yaml", model
     big = tmp_path / "llm-sft"
     big.mkdir()
     (big / "config.json").write_text('{"vocab_size": 49152}')
     assert recipe_path("sokoban", str(big)).name == "cpu-sokoban-llm.yaml"
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "smollm2-135m"}')
+    assert recipe_path("sokoban", str(adapter)).name == "cpu-sokoban-llm.yaml"
 
 
 def test_the_plan_names_the_recipe_and_the_model_it_was_measured_with(tmp_path) -> None:
