@@ -99,12 +99,23 @@ def recipe_lines(cfg: Any) -> list[str]:
     shown = f"agentrl/train/defaults/{path.name}"
     lines = [f"recipe: {shown} ({result})"]
     measured = env_recipe_model(cfg.env.name, cfg.model.name)
-    if measured is not None and measured != cfg.model.name:
+    if measured is not None and measured not in (cfg.model.name, _adapter_base(cfg.model.name)):
         lines.append(
             f"recipe measured with {measured}, not {cfg.model.name}: its sizes and lr may "
             "not suit this model"
         )
     return lines
+
+
+def _adapter_base(model: str) -> str | None:
+    """The base model a LoRA adapter folder names (None for anything else)."""
+    import json
+
+    config = Path(model) / "adapter_config.json"
+    try:
+        return json.loads(config.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        return None
 
 
 def time_lines(cfg: Any, *, resume: bool, measure: Callable[[Any], Any] | None = None) -> list[str]:

@@ -106,6 +106,10 @@ def test_the_plan_names_the_recipe_and_the_model_it_was_measured_with(tmp_path) 
     assert "measured with" not in plan("smollm2-135m")
     other = plan("Qwen/Qwen2.5-0.5B-Instruct")
     assert "recipe measured with smollm2-135m, not Qwen/Qwen2.5-0.5B-Instruct" in other
+    adapter = tmp_path / "adapter"  # an `agentrl sft` LoRA folder over the measured model
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "smollm2-135m"}')
+    assert "measured with" not in plan(str(adapter))
 
 
 def test_envs_list_marks_measured_recipes_with_their_result() -> None:
