@@ -25,9 +25,9 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -109,7 +109,7 @@ class SokobanEnv(TokenEnv):
         rooms_file: str | None = None,
         rooms_set: str | None = None,
         grid_sep: str = "",
-        positions: str | None = None,
+        positions: bool = False,
     ) -> None:
         """Configure the rooms and the budgets.
 
@@ -133,10 +133,9 @@ class SokobanEnv(TokenEnv):
             grid_sep: text between two cells of a grid row. `""` is RAGEN's rendering;
                 `" "` gives a general tokenizer (BPE) one token per cell, so the cell above
                 is always the same number of tokens back (the LLM recipe's rendering).
-            positions: add a line under the grid that says where the player, the boxes and
-                the targets are, so a model need not find them in the grid: `"absolute"` as
-                (row, column), `"relative"` as rows down/up and columns right/left of the
-                player; None: no such line.
+            positions: add a line under the grid that says where the boxes and targets are,
+                in rows down or up and columns right or left of the player, so a model need
+                not find them in the grid (the LLM recipe's observation).
         """
         super().__init__()
         size = (room_size, room_size) if isinstance(room_size, int) else tuple(room_size)
@@ -157,9 +156,7 @@ class SokobanEnv(TokenEnv):
         self.max_solution_len = max_actions if max_solution_len is None else max_solution_len
         self.invalid_penalty = float(invalid_penalty)
         self.grid_sep = grid_sep
-        if positions not in (None, "absolute", "relative"):
-            raise ValueError(f"positions must be None, 'absolute' or 'relative', got {positions!r}")
-        self.positions = positions
+        self.positions = bool(positions)
         self.rooms = load_rooms(rooms_file, rooms_set) if rooms_file is not None else None
         self._room_by_seed = {s: i for i, (s, _, _) in enumerate(self.rooms or ()) if s is not None}
         self._format_hint = (
@@ -253,32 +250,33 @@ class SokobanEnv(TokenEnv):
     # -- helpers ----------------------------------------------------------------------------
 
     def _view(self) -> str:
-        """The grid, and the positions line when `positions` is on."""
-        if self.positions is None:
+        """The grid, and under it the positions line when `positions` is on.
+
+        >>> env = SokobanEnv(positions=True)
+        >>> print(env.reset(seed=5)[0].splitlines()[-1])
+        Boxes at 2 down 1 right. Targets at 3 down 1 right.
+        """
+        if not self.positions:
             return self.render()
-        w = self.width
-        pr, pc = divmod(self._player, w)
+        pr, pc = divmod(self._player, self.width)
 
-        def where(c: int) -> str:
-            r, col = divmod(c, w)
-            if self.positions == "absolute":
-                return f"({r}, {col})"
-            dr, dc = r - pr, col - pc
-            rows = f"{abs(dr)} {'down' if dr > 0 else 'up'}" if dr else ""
-            cols = f"{abs(dc)} {'right' if dc > 0 else 'left'}" if dc else ""
-            return " ".join(x for x in (rows, cols) if x) or "here"
-
-        def at(cells: Iterable[int]) -> str:
-            return ", ".join(where(c) for c in sorted(cells))
+        def where(cells: Iterable[int]) -> str:
+            out = []
+            for c in sorted(cells):
+                dr, dc = c // self.width - pr, c % self.width - pc
+                rows = f"{abs(dr)} {'down' if dr > 0 else 'up'}" if dr else ""
+                cols = f"{abs(dc)} {'right' if dc > 0 else 'left'}" if dc else ""
+                out.append(" ".join(x for x in (rows, cols) if x) or "here")
+            return ", ".join(out)
 
         on = self._boxes & self._targets
-        parts = [f"You are at {at([self._player])}."] if self.positions == "absolute" else []
+        parts = []
         if self._boxes - on:
-            parts.append(f"Boxes at {at(self._boxes - on)}.")
+            parts.append(f"Boxes at {where(self._boxes - on)}.")
         if self._targets - on:
-            parts.append(f"Targets at {at(self._targets - on)}.")
+            parts.append(f"Targets at {where(self._targets - on)}.")
         if on:
-            parts.append(f"Boxes on targets at {at(on)}.")
+            parts.append(f"Boxes on targets at {where(on)}.")
         return f"{self.render()}\n{' '.join(parts)}"
 
     def _status(self) -> str:
