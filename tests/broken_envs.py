@@ -14,6 +14,8 @@ from agentrl.envs.guess_number import GuessNumber
 class HangsInStep(GuessNumber):
     """`step()` never returns on every fifth seed (0, 5, 10, ...)."""
 
+    hangs = False
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
         self.hangs = seed is not None and seed % 5 == 0
         return super().reset(seed=seed, options=options)
@@ -44,6 +46,8 @@ class HangsInReset(GuessNumber):
 
 class ExitsInStep(GuessNumber):
     """`step()` ends its process (as a crash would) on every fifth seed."""
+
+    exits = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
         self.exits = seed is not None and seed % 5 == 0
