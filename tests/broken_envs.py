@@ -57,3 +57,12 @@ class ExitsInStep(GuessNumber):
         if self.exits:
             os._exit(3)
         return super().step(action)
+
+
+class ResetRaisesMostly(GuessNumber):
+    """`reset()` raises on three seeds of four."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[no-untyped-def]
+        if seed is not None and seed % 4 != 0:
+            raise ValueError(f"no room for seed {seed}")
+        return super().reset(seed=seed, options=options)

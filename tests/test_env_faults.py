@@ -87,3 +87,68 @@ def test_play_bounds_a_hung_step_and_shows_a_raising_reset() -> None:
     assert code == 1, out
     assert out.rstrip().endswith("error: the env raised ValueError: no room for seed 3")
     assert "Traceback (most recent call last)" not in out
+
+
+_TINY = (
+    "--model", "tiny", "--set", "trainer.num_groups=4", "--set", "rollout.group_size=2",
+    "--set", "rollout.sampling.max_new_tokens=8", "--set", "logging.progress=false",
+    "--set", "rollout.env_step_timeout_s=2",
+)  # fmt: skip
+
+
+def test_train_with_a_hanging_step_says_so_each_step_and_exits_after_done(tmp_path) -> None:
+    run = tmp_path / "run"
+    code, out, took = agentrl(
+        "train", "--env", "broken_envs:HangsInStep", "--run-dir", str(run), "--steps", "2", *_TINY
+    )
+    assert code == 0, out
+    assert "Traceback" not in out
+    assert (
+        "step 1: 2 of 8 episodes env_error; first: env step (seed 500000) timed out after 2 s; "
+        "its worker process was replaced; reproduce: agentrl play broken_envs:HangsInStep "
+        "--seed 500000"
+    ) in out
+    done = out.index("INFO done:")
+    assert "step 2: 2 of 8 episodes env_error" in out[:done]
+    assert took < 240, took  # the process exits after `done:` (no thread joins a hung call)
+
+
+def test_train_stops_when_most_episodes_fail_several_steps_in_a_row(tmp_path) -> None:
+    run = tmp_path / "run"
+    code, out, _ = agentrl(
+        "train", "--env", "broken_envs:ResetRaisesMostly", "--run-dir", str(run),
+        "--steps", "5", *_TINY, "--set", "trainer.max_env_error_steps=2",
+        "--set", "checkpoint.every=0",
+    )  # fmt: skip
+    assert code == 1, out
+    assert "Traceback" not in out
+    error = out[out.index("error:") :].splitlines()
+    assert error[0] == (
+        "error: most episodes ended env_error in 2 steps in a row "
+        "(trainer.max_env_error_steps=2), so the run stopped; last: 6 of 8 episodes env_error; "
+        "first: env reset (seed 500005) failed: ValueError: no room for seed 500005; "
+        "reproduce: agentrl play broken_envs:ResetRaisesMostly --seed 500005"
+    )
+    assert error[1:] == [
+        "  check the env with: agentrl envs check broken_envs:ResetRaisesMostly",
+        f"  then resume with: agentrl train --resume {run}",
+    ]
+    assert (run / "checkpoints" / "step-000002").is_dir()  # saved before stopping
+
+
+def test_rollout_and_eval_count_their_env_errors(tmp_path) -> None:
+    code, out, took = agentrl(
+        "rollout", "--env", "broken_envs:HangsInStep", "--model", "tiny", "--out",
+        str(tmp_path / "r"), "--episodes", "6", "--max-new-tokens", "8",
+        "--env-step-timeout", "1", "--no-progress",
+    )  # fmt: skip
+    assert code == 0 and "Traceback" not in out, out
+    assert "warning: 2 of 6 episodes env_error; first: env step (seed 0) timed out after 1 s" in (
+        " ".join(out.split())
+    )
+    code, out, _ = agentrl(
+        "eval", "--env", "broken_envs:ResetRaises", "--model", "tiny", "--episodes", "4",
+        "--max-new-tokens", "8",
+    )  # fmt: skip
+    assert code == 0 and "Traceback" not in out, out
+    assert "; 2 errors (first at seed 1000001: agentrl play broken_envs:ResetRaises " in out

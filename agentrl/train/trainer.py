@@ -48,6 +48,7 @@ from agentrl.train.checkpoint import (
 )
 from agentrl.train.config import TrainConfig
 from agentrl.train.critic import build_critic
+from agentrl.train.env_errors import EnvErrorWatch, TooManyEnvErrors
 from agentrl.train.learner import Learner, credited_rows
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
@@ -100,6 +101,9 @@ class Trainer:
         _check_env(cfg.env.name, cfg.env.kwargs)  # a bad kwarg fails now, before model work
         threads = set_torch_threads(cfg.trainer.num_threads)  # logs the choice once
         self.slow_steps = SlowStepWatch(num_threads=threads.num_threads, key=threads.key)
+        self.env_errors = EnvErrorWatch(
+            cfg.env.name, cfg.env.kwargs, max_steps=cfg.trainer.max_env_error_steps
+        )
         _seed_everything(cfg.seed)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         """Shuffles mini-batches; saved in checkpoints."""
@@ -249,7 +253,19 @@ class Trainer:
             with timer("eval"):
                 metrics |= self.evaluate()
         self.log_and_checkpoint(step, metrics, timer)
+        self.check_env_errors(step, trajs)
         return metrics
+
+    def check_env_errors(self, step: int, trajs: list[Trajectory]) -> None:
+        """One console line for a step with env errors; past `trainer.max_env_error_steps`
+        bad steps in a row, save the step (unless just saved) and stop (`TooManyEnvErrors`)."""
+        try:
+            self.env_errors.observe(step, trajs, quiet=self.policy.rank != 0)
+        except TooManyEnvErrors:
+            every = self.cfg.checkpoint.every
+            if not ((every and step % every == 0) or step == self.cfg.trainer.num_steps):
+                self.save_checkpoint()
+            raise
 
     def learn(self, step: int, kept: list[Trajectory], timer: StageTimer) -> dict[str, float]:
         """Score, credit and update on the kept trajectories, in the order the algorithm needs."""
