@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from types import FrameType
 
 import typer
 
+from agentrl._signals import Stopped
+from agentrl._signals import install as install_signals
 from agentrl._watchdog import watch
 from agentrl.cli.envs import envs_app, play
 from agentrl.cli.rollout import rollout_cmd
@@ -42,18 +42,18 @@ def _root() -> None:
     quiet_third_party()
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM (`kill`, a scheduler's stop) unwinds like Ctrl-C: `finally` blocks and exit
-    hooks run, so engine subprocesses (vLLM's EngineCore) and sandboxes are shut down
-    instead of left running."""
-    sys.exit(128 + signum)
-
-
 def main() -> None:
-    """Console-script entry point."""
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    """Console-script entry point. Ctrl-C exits 130 and SIGTERM 143, with one line and no
+    traceback, after `finally` blocks and exit hooks have run (`agentrl._signals`), so a run
+    saves what it has and engine subprocesses and sandboxes are shut down."""
+    install_signals()
     watch()  # what the command starts ends with it, even after a kill -9 (agentrl._watchdog)
-    app()
+    try:
+        app()
+    except Stopped as e:
+        if not getattr(e, "reported", False):
+            sys.stderr.write(f"\n{e.what}\n")
+        raise
 
 
 if __name__ == "__main__":

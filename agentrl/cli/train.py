@@ -7,7 +7,6 @@ stays fast.
 from __future__ import annotations
 
 import importlib.util
-import signal
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl._signals import Stopped
 from agentrl.cli._common import env_errors_stop, require_services
 from agentrl.cli._common import fail as _fail
 from agentrl.cli.eval import eval_cmd
@@ -319,9 +319,9 @@ def train(
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted; resume with: {resume_cmd}", err=True)
         raise typer.Exit(130) from None
-    except SystemExit as e:  # SIGTERM unwinds as `sys.exit(143)` (agentrl.cli.main)
-        if e.code == 128 + signal.SIGTERM:
-            typer.echo(f"\nstopped (SIGTERM); resume with: {resume_cmd}", err=True)
+    except Stopped as e:  # Ctrl-C or SIGTERM (agentrl._signals): the run saved its last step
+        typer.echo(f"\n{e.what}; resume with: {resume_cmd}", err=True)
+        e.reported = True  # type: ignore[attr-defined]
         raise
     finally:
         leave_process_group(ok=ok)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl._signals import deferred as deferred_stop
 from agentrl.algos.base import CreditInputs, make_algorithm
 from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.engines import SeededEngine, build_engine
@@ -227,32 +228,35 @@ class Trainer:
         with timer("rollout"):
             result = broadcast_object(self.next_rollout(step))  # rank 0's rollout, everywhere
         trajs = result.trajectories
-        self.save_trajectories(step, trajs)
-        metrics = (trajectory_stats(trajs) if result.sampled else {}) | result.metrics
-        kept, keep_metrics = self.keep(trajs, sampled=result.sampled)
-        metrics |= keep_metrics
-        if kept:
-            metrics |= self.learn(step, kept, timer)  # score, credit, update
-        else:
-            log.warning(
-                "step %d: no trajectory to train on (all env/engine errors, or the algorithm "
-                "kept none); no update",
-                step,
+        with deferred_stop():  # Ctrl-C / SIGTERM wait for the update and the step count
+            self.save_trajectories(step, trajs)
+            metrics = (trajectory_stats(trajs) if result.sampled else {}) | result.metrics
+            kept, keep_metrics = self.keep(trajs, sampled=result.sampled)
+            metrics |= keep_metrics
+            if kept:
+                metrics |= self.learn(step, kept, timer)  # score, credit, update
+            else:
+                log.warning(
+                    "step %d: no trajectory to train on (all env/engine errors, or the algorithm "
+                    "kept none); no update",
+                    step,
+                )
+            unchanged = self._synced_step == self.state.step and not kept
+            self.state = replace(
+                self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups
             )
-        unchanged = self._synced_step == self.state.step and not kept
-        self.state = replace(self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups)
-        if unchanged:  # no update: the engine's weights are still current
-            self._synced_step = step
-        if not self.cfg.trainer.async_rollout:
-            with timer("sync"):
-                self.sync_weights()
-        num_train_tokens = int(metrics.get("throughput/train_tokens", 0))
-        metrics |= self._throughput(timer, trajs, num_train_tokens)
-        metrics |= self._collapse_check(step, metrics, groups=result.sampled)
-        if self.cfg.eval.every and step % self.cfg.eval.every == 0 and self.engine is not None:
-            with timer("eval"):
-                metrics |= self.evaluate()
-        self.log_and_checkpoint(step, metrics, timer)
+            if unchanged:  # no update: the engine's weights are still current
+                self._synced_step = step
+            if not self.cfg.trainer.async_rollout:
+                with timer("sync"):
+                    self.sync_weights()
+            num_train_tokens = int(metrics.get("throughput/train_tokens", 0))
+            metrics |= self._throughput(timer, trajs, num_train_tokens)
+            metrics |= self._collapse_check(step, metrics, groups=result.sampled)
+            if self.cfg.eval.every and step % self.cfg.eval.every == 0 and self.engine is not None:
+                with timer("eval"):
+                    metrics |= self.evaluate()
+            self.log_and_checkpoint(step, metrics, timer)
         self.check_env_errors(step, trajs)
         return metrics
 
