@@ -92,3 +92,53 @@ def test_a_stopped_rl_run_saves_its_last_step_and_resumes_after_it(tmp_path, sig
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resume: RL continues at step {step + 1} of {step + 1} from {saved}" in resumed.stderr
+
+
+def test_a_stopped_warm_start_saves_its_sft_step_and_resumes_after_it(tmp_path) -> None:
+    run = tmp_path / "run"
+    proc = _start(
+        "train", "--env", "sokoban", "--steps", "1", "--run-dir", str(run),
+        "--set", "warm_start.num_episodes=256", "--set", "warm_start.batch_size=4",
+        "--set", "logging.progress=false", "--set", "trainer.num_groups=2",
+    )  # fmt: skip
+    _wait_for_lines(run / "warm_start" / "metrics.jsonl", 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    assert "Traceback" not in out
+    assert (
+        out.rstrip().splitlines()[-1]
+        == f"stopped (SIGTERM); resume with: agentrl train --resume {run}"
+    )
+    saved = [line for line in out.splitlines() if "before stopping" in line]
+    assert len(saved) == 1 and "saved SFT step " in saved[0], out
+    step = int(saved[0].split("saved SFT step ")[1].split()[0])
+    assert step >= 3
+    resumed = _start("train", "--resume", str(run))
+    deadline = time.monotonic() + 120
+    seen = ""
+    assert resumed.stdout is not None
+    while "resumed SFT from" not in seen and time.monotonic() < deadline:
+        seen += resumed.stdout.readline()
+    resumed.send_signal(signal.SIGTERM)
+    resumed.communicate(timeout=120)
+    assert f"sft_checkpoint (step {step} of " in seen.splitlines()[-1], seen
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_command_stopped_by_a_signal_prints_one_line(sig) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli", "play", "sokoban"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    seen, deadline = b"", time.monotonic() + 60
+    while b"your action>" not in seen and proc.poll() is None and time.monotonic() < deadline:
+        seen += proc.stdout.read1(4096)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig
+    what = "stopped (SIGTERM)" if sig == signal.SIGTERM else "interrupted (Ctrl-C)"
+    assert err.decode().strip() == what
