@@ -291,6 +291,7 @@ def train(
         return
     _require_known_env(cfg.env.name, _env_origin(env, overrides or [], config, resume))
     require_services(cfg.env.name, cfg.env.kwargs)
+    _require_known_model(cfg.model.name)
     rank = _join_ranks(cfg)
     run_dir = run_dir or _default_run_dir(cfg)
     if rank is not None:  # torchrun: every rank uses rank 0's run directory
@@ -327,6 +328,17 @@ def train(
         leave_process_group(ok=ok)
     if rank is not None:  # a torchrun rank that finished: no interpreter teardown (see there)
         exit_rank(0)
+
+
+def _require_known_model(name: str) -> None:
+    """Stop before anything is written when `name` names no model (with the nearest aliases;
+    saying so when the hub cannot be reached)."""
+    from agentrl.rollout.models import ModelNotFoundError, check_model_name
+
+    try:
+        check_model_name(name)
+    except ModelNotFoundError as e:
+        _fail(f"--model: {e}")
 
 
 def export(
