@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from agentrl._console import command_name
+
 
 def fail(message: str, code: int = 2) -> None:
     """Print `error: message` to stderr and exit with `code` (2: bad usage)."""
@@ -29,7 +31,7 @@ def env_errors_stop(
     from agentrl.train.env_errors import TooManyEnvErrors
 
     sets = [f"--set {shlex.quote(f'{k}={v}')}" for k, v in (kwargs or {}).items()]
-    check = " ".join(["agentrl envs check", shlex.quote(env), *sets])
+    check = " ".join([f"{command_name()} envs check", shlex.quote(env), *sets])
     try:
         yield
     except TooManyEnvErrors as e:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl._console import command_name
 from agentrl._signals import Stopped
 from agentrl.cli._common import env_errors_stop, require_services
 from agentrl.cli._common import fail as _fail
@@ -308,7 +309,7 @@ def train(
     from agentrl.runtime._dist import exit_rank, leave_process_group
 
     ok = False
-    resume_cmd = f"agentrl train --resume {run_dir}"
+    resume_cmd = f"{command_name()} train --resume {run_dir}"
     try:
         with env_errors_stop(cfg.env.name, cfg.env.kwargs, resume=resume_cmd):
             run_training(cfg, run_dir, resume=resume is not None)

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl._console import command_name
 from agentrl.trajectory.types import Status, Trajectory
 
 log = logging.getLogger("agentrl.train")
@@ -28,7 +29,7 @@ def play_command(env: str, kwargs: dict[str, Any], seed: int) -> str:
     'agentrl play sokoban --seed 7 --set num_boxes=2'
     """
     sets = [f"--set {shlex.quote(f'{k}={v}')}" for k, v in kwargs.items()]
-    return " ".join(["agentrl play", shlex.quote(env), f"--seed {seed}", *sets])
+    return " ".join([f"{command_name()} play", shlex.quote(env), f"--seed {seed}", *sets])
 
 
 def env_error_line(trajs: Sequence[Trajectory], env: str, kwargs: dict[str, Any]) -> str | None:
