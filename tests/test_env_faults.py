@@ -152,3 +152,14 @@ def test_rollout_and_eval_count_their_env_errors(tmp_path) -> None:
     )  # fmt: skip
     assert code == 0 and "Traceback" not in out, out
     assert "; 2 errors (first at seed 1000001: agentrl play broken_envs:ResetRaises " in out
+
+
+def test_with_thread_workers_a_hung_call_does_not_keep_the_command_alive(tmp_path) -> None:
+    code, out, took = agentrl(
+        "rollout", "--env", "broken_envs:HangsInStep", "--model", "tiny", "--out",
+        str(tmp_path / "r"), "--episodes", "2", "--max-new-tokens", "8",
+        "--env-step-timeout", "1", "--no-progress", "--env-executor", "thread",
+    )  # fmt: skip
+    assert code == 0 and "Traceback" not in out, out
+    assert "1 of 2 episodes env_error" in " ".join(out.split())
+    assert took < 120, took

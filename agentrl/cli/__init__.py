@@ -50,10 +50,29 @@ def main() -> None:
     watch()  # what the command starts ends with it, even after a kill -9 (agentrl._watchdog)
     try:
         app()
-    except Stopped as e:
-        if not getattr(e, "reported", False):
+    except SystemExit as e:
+        if isinstance(e, Stopped) and not getattr(e, "reported", False):
             sys.stderr.write(f"\n{e.what}\n")
+        _exit_without_hung_threads(e.code)
         raise
+    _exit_without_hung_threads(0)
+
+
+def _exit_without_hung_threads(code: int | str | None) -> None:
+    """With a thread still inside a timed-out env call (`rollout.env_executor: thread`), run
+    the exit hooks and end the process now: Python's own exit would join that thread."""
+    loop = sys.modules.get("agentrl.rollout.loop")
+    if loop is None or not loop.hung_env_threads():
+        return
+    import atexit
+    import os
+
+    if isinstance(code, str):
+        sys.stderr.write(f"{code}\n")
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,8 @@ class _ThreadEnvs:
             raise
 
     def shutdown(self) -> None:
+        if self.abandoned:
+            _abandoned_pools.append(self.pool)
         _return_thread_pool(self.pool, self.num_workers, reusable=not self.abandoned)
 
 
@@ -164,6 +166,14 @@ _NUM_PROBE_STEPS = 8
 _idle_thread_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 """One idle env thread pool per (process id, size), kept between rollouts."""
 _idle_lock = threading.Lock()
+_abandoned_pools: list[ThreadPoolExecutor] = []
+"""Thread pools given up with a call that timed out (`env_executor: thread`)."""
+
+
+def hung_env_threads() -> bool:
+    """Whether a thread of this process may still run an env call that timed out: Python's
+    exit would wait for it forever (the command exits without waiting instead)."""
+    return any(t.is_alive() for pool in _abandoned_pools for t in pool._threads)
 
 
 def _take_thread_pool(num_workers: int) -> ThreadPoolExecutor:
