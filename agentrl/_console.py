@@ -1,8 +1,8 @@
 """The one stderr `Console` that progress bars and log lines share, and quiet third parties.
 
 Log lines go through the same Console as the live progress bars, so rich prints them above
-the bars instead of over them. When stderr is not a terminal (a log file, CI), lines are
-plain `time LEVEL message`, one per record, never wrapped or padded to 80 columns.
+the bars instead of over them. Either way (a terminal, a log file, CI), lines are plain
+`time LEVEL message`, one per record, never hard-wrapped or padded to 80 columns.
 """
 
 from __future__ import annotations
@@ -25,17 +25,51 @@ def console() -> Console:
     return _CONSOLE
 
 
-def log_handler() -> logging.Handler:
-    """A handler for the root logger: rich's above live bars on a terminal, else plain."""
-    out = console()
-    if out.is_terminal:
-        from rich.logging import RichHandler
+class _ConsoleHandler(logging.Handler):
+    """`time LEVEL message` through the shared Console (above live bars), one logical line
+    each: the terminal wraps it where it must, so no path is broken by inserted newlines."""
 
-        handler: logging.Handler = RichHandler(console=out, show_path=False)
+    STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from rich.text import Text
+
+            text = Text(self.format(record), style=self.STYLES.get(record.levelno, ""))
+            console().print(text, soft_wrap=True, highlight=False)
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
+def log_handler() -> logging.Handler:
+    """A handler for the root logger: through the Console above live bars on a terminal,
+    else plain; both print `time LEVEL message` lines that are never hard-wrapped."""
+    out = console()
+    handler: logging.Handler
+    if out.is_terminal:
+        handler = _ConsoleHandler()
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%H:%M:%S"))
     return handler
+
+
+def command_name() -> str:
+    """The `agentrl` command as the user ran it, for the commands a hint prints: `agentrl`
+    when the shell finds this one by that name (and under `python -m agentrl.cli`), else the
+    path that was typed, e.g. `.venv/bin/agentrl`."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name != "agentrl":
+        return "agentrl"
+    found = shutil.which("agentrl")
+    if found is not None and Path(found).resolve() == Path(argv0).resolve():
+        return "agentrl"
+    return shlex.quote(argv0)
 
 
 def setup_logging(level: int = logging.INFO) -> None:

@@ -104,3 +104,42 @@ def test_vllm_logs_only_warnings_unless_the_user_asks(monkeypatch: pytest.Monkey
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
     agentrl_console.quiet_third_party()
     assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO"
+
+
+def test_log_lines_on_an_80_column_terminal_keep_paths_whole() -> None:
+    import io
+    import logging
+
+    from rich.console import Console
+
+    from agentrl import _console
+
+    buffer = io.StringIO()
+    saved = _console._CONSOLE
+    _console._CONSOLE = Console(file=buffer, force_terminal=True, width=80, color_system=None)
+    try:
+        handler = _console.log_handler()
+        path = "/home/someone/projects/agentrl/runs/sokoban-tiny-20261207-101500/checkpoints"
+        record = logging.LogRecord("agentrl.train", logging.INFO, "", 0, "done: %s", (path,), None)
+        handler.emit(record)
+    finally:
+        _console._CONSOLE = saved
+    (line,) = buffer.getvalue().splitlines()
+    assert line.endswith(f"INFO done: {path}")
+
+
+def test_hints_name_the_command_as_it_was_run(monkeypatch, tmp_path) -> None:
+    from agentrl._console import command_name
+
+    script = tmp_path / ".venv" / "bin" / "agentrl"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [".venv/bin/agentrl", "train"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert command_name() == ".venv/bin/agentrl"
+    monkeypatch.setenv("PATH", str(script.parent))  # the shell finds this one as `agentrl`
+    assert command_name() == "agentrl"
+    monkeypatch.setattr("sys.argv", ["/x/agentrl/cli/__main__.py"])  # python -m agentrl.cli
+    assert command_name() == "agentrl"

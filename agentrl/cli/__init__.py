@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from types import FrameType
 
 import typer
 
+from agentrl._signals import Stopped
+from agentrl._signals import install as install_signals
 from agentrl._watchdog import watch
 from agentrl.cli.envs import envs_app, play
 from agentrl.cli.rollout import rollout_cmd
@@ -42,18 +42,37 @@ def _root() -> None:
     quiet_third_party()
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM (`kill`, a scheduler's stop) unwinds like Ctrl-C: `finally` blocks and exit
-    hooks run, so engine subprocesses (vLLM's EngineCore) and sandboxes are shut down
-    instead of left running."""
-    sys.exit(128 + signum)
-
-
 def main() -> None:
-    """Console-script entry point."""
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    """Console-script entry point. Ctrl-C exits 130 and SIGTERM 143, with one line and no
+    traceback, after `finally` blocks and exit hooks have run (`agentrl._signals`), so a run
+    saves what it has and engine subprocesses and sandboxes are shut down."""
+    install_signals()
     watch()  # what the command starts ends with it, even after a kill -9 (agentrl._watchdog)
-    app()
+    try:
+        app()
+    except SystemExit as e:
+        if isinstance(e, Stopped) and not getattr(e, "reported", False):
+            sys.stderr.write(f"\n{e.what}\n")
+        _exit_without_hung_threads(e.code)
+        raise
+    _exit_without_hung_threads(0)
+
+
+def _exit_without_hung_threads(code: int | str | None) -> None:
+    """With a thread still inside a timed-out env call (`rollout.env_executor: thread`), run
+    the exit hooks and end the process now: Python's own exit would join that thread."""
+    loop = sys.modules.get("agentrl.rollout.loop")
+    if loop is None or not loop.hung_env_threads():
+        return
+    import atexit
+    import os
+
+    if isinstance(code, str):
+        sys.stderr.write(f"{code}\n")
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from agentrl._console import command_name
+
 
 class RunError(Exception):
     """A run or evaluation that cannot start (an unknown env, a missing service, a taken run
@@ -34,14 +36,22 @@ def env_errors_stop(
 ) -> Iterator[None]:
     """Turn an `EnvContractError` raised inside into a few lines on stderr and exit code 1:
     the env class, what it returned, the fix, the `agentrl envs check` command for `env`
-    (with its keyword arguments) and, given `resume`, how to go on once it is fixed."""
+    (with its keyword arguments) and, given `resume`, how to go on once it is fixed. Too
+    many env errors in a row (`TooManyEnvErrors`) end the same way."""
     from agentrl.envs.contract import EnvContractError
+    from agentrl.train.env_errors import TooManyEnvErrors
 
+    sets = [f"--set {shlex.quote(f'{k}={v}')}" for k, v in (kwargs or {}).items()]
+    check = " ".join([f"{command_name()} envs check", shlex.quote(env), *sets])
     try:
         yield
+    except TooManyEnvErrors as e:
+        lines = [f"error: {e}", f"  check the env with: {check}"]
+        if resume:
+            lines.append(f"  then resume with: {resume}")
+        typer.echo("\n".join(lines), err=True)
+        raise typer.Exit(1) from None
     except EnvContractError as e:
-        sets = [f"--set {shlex.quote(f'{k}={v}')}" for k, v in (kwargs or {}).items()]
-        check = " ".join(["agentrl envs check", shlex.quote(env), *sets])
         lines = [
             f"error: env {e.env} broke the TokenEnv contract, so the run stopped:",
             f"  {e.call} returned {e.returned}",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -118,6 +122,9 @@ def check(
         "--train-defaults",
         help="Check NAME with the env arguments `agentrl train` uses (before --set).",
     ),
+    timeout: float = typer.Option(
+        10.0, "--timeout", min=0.01, help="Seconds each reset, step or close may take."
+    ),
 ) -> None:
     """Run the TokenEnv contract checks on NAME; exit code 1 if any fails.
 
@@ -139,7 +146,8 @@ def check(
     except Exception:  # noqa: BLE001 - a name that cannot be built: check_env reports it
         pass
     kwargs = {**(trained[0] if trained and train_defaults else {}), **parse_env_kwargs(set_)}
-    report = check_env(name, seed=seed, num_episodes=episodes, **kwargs)
+    with _hard_limit(timeout * _MAX_HUNG_CALLS + 60.0, "agentrl envs check"):
+        report = check_env(name, seed=seed, num_episodes=episodes, call_timeout_s=timeout, **kwargs)
     console = Console(width=max(100, Console().width))
     console.print(report)
     if trained:
@@ -157,6 +165,32 @@ def check(
     console.print("[green]all checks passed[/green]")
 
 
+_MAX_HUNG_CALLS = 8
+"""Hung calls `envs check` may meet (one a check): its whole run is bounded by as many limits."""
+
+
+@contextmanager
+def _hard_limit(seconds: float, what: str) -> Iterator[None]:
+    """End the process (exit 1, with a line saying why) if the body runs past `seconds`: the
+    fallback when a call hangs where SIGALRM cannot interrupt it (inside C code)."""
+    done = threading.Event()
+
+    def guard() -> None:
+        if not done.wait(seconds):
+            sys.stderr.write(
+                f"error: {what} gave no result within {seconds:g} s: an env call hangs where "
+                "it cannot be interrupted (inside C code)\n"
+            )
+            sys.stderr.flush()
+            os._exit(1)
+
+    threading.Thread(target=guard, daemon=True, name="agentrl-hard-limit").start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
 EXIT_NOT_FINISHED = 3
 """`agentrl play`'s exit code when the input stops before the episode ends (2 is bad usage)."""
 
@@ -168,6 +202,9 @@ def play(
     raw: bool = typer.Option(
         False, help="Send each line exactly as typed (no wrapping of bare answers)."
     ),
+    timeout: float = typer.Option(
+        60.0, "--timeout", min=0.01, help="Seconds each reset or step may take."
+    ),
 ) -> None:
     """Play NAME in the terminal, typing actions as the model would.
 
@@ -177,6 +214,8 @@ def play(
     Prints the system prompt, each observation, reward and info, and the final success.
     Exit code 0 when the episode ends, 3 when the input ends or a line is empty first.
     """
+    from agentrl.cli._common import fail
+    from agentrl.envs.check import EnvCallHung, bound_calls, env_traceback
     from agentrl.envs.registry import UnknownEnvError, make
 
     try:
@@ -186,6 +225,19 @@ def play(
     except (KeyError, ImportError, TypeError, ValueError) as e:
         hint = "NAME / --set" if set_ else "NAME"  # only what was typed
         raise typer.BadParameter(str(e), param_hint=hint) from e
+    bound_calls(env, timeout)
+    try:
+        _play(env, seed, raw)
+    except typer.Exit:
+        raise
+    except EnvCallHung as e:
+        fail(f"{e}; the env hangs there (`agentrl envs check {name}` shows where)", code=1)
+    except Exception as e:  # noqa: BLE001 - the env's own error: its frames and one line
+        typer.echo(env_traceback(e), err=True)
+        fail(f"the env raised {type(e).__name__}: {e}", code=1)
+
+
+def _play(env: Any, seed: int, raw: bool) -> None:
     typer.echo(f"== system prompt\n{env.system_prompt}\n")
     obs, info = env.reset(seed=seed)
     typer.echo(f"== observation (seed {seed}) info={info}\n{_show(obs)}")

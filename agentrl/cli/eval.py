@@ -93,8 +93,12 @@ def result_lines(
     text = (
         f"{env}: success rate {result['success_rate']:.3f} ± {result['success_se']:.3f} over "
         f"{n} episodes (seeds {seed_offset}..{seed_offset + n - 1}, temperature {temperature:g}); "
-        f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}"
+        f"mean reward {result['reward_mean']:.3f}, mean turns {result['num_turns']:.2f}; "
+        f"{int(result.get('num_errors', 0))} errors"
     )
+    if "first_error_seed" in result:  # env or engine errors: how to replay the first
+        seed = int(result["first_error_seed"])
+        text += f" (first at seed {seed}: agentrl play {env} --seed {seed})"
     if "tool_call_rate" in result:
         text += f"\n  tool use: a tool call in {result['tool_call_rate']:.1%} of episodes"
         if "tool_ok_rate" in result and result["tool_call_rate"] > 0:

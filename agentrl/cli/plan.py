@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentrl._console import command_name
+
 log = logging.getLogger("agentrl.train")
 
 
@@ -73,7 +75,9 @@ def plan_lines(cfg: Any, run_dir: Path, *, resume: bool) -> list[str]:
     lines.append(f"turns per episode: {turns_text} ({origin})")
     if resume:
         lines.append(f"resuming {run_dir}: finished phases are not run again")
-    lines.append(f"stop: Ctrl-C or SIGTERM; continue with: agentrl train --resume {run_dir}")
+    lines.append(
+        f"stop: Ctrl-C or SIGTERM; continue with: {command_name()} train --resume {run_dir}"
+    )
     return lines
 
 

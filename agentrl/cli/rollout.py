@@ -60,8 +60,14 @@ def rollout_cmd(
         typer.Option("--ray-address", help="Ray cluster to join (default: start Ray here)."),
     ] = None,
     env_executor: Annotated[
-        str, typer.Option("--env-executor", help="Where env steps run: thread, process or ray.")
-    ] = "thread",
+        str, typer.Option("--env-executor", help="Where env steps run: process, thread or ray.")
+    ] = "process",
+    env_step_timeout: Annotated[
+        float,
+        typer.Option(
+            "--env-step-timeout", min=0.01, help="Seconds one env reset or step may take."
+        ),
+    ] = 60.0,
     episodes: Annotated[int, typer.Option("--episodes", help="Seeds to roll out.", min=1)] = 8,
     group_size: Annotated[int, typer.Option("--group-size", help="Episodes per seed.", min=1)] = 1,
     seed: Annotated[int, typer.Option("--seed", help="First env seed.")] = 0,
@@ -91,6 +97,7 @@ def rollout_cmd(
     from agentrl.rollout.loop import rollout
     from agentrl.rollout.models import load_tokenizer, resolve_model
     from agentrl.runtime.threads import set_torch_threads
+    from agentrl.train.env_errors import env_error_line
     from agentrl.trajectory.io import write_step
 
     if env_executor not in ("thread", "process", "ray"):
@@ -107,6 +114,7 @@ def rollout_cmd(
         max_turns=max_turns,
         max_context_tokens=max_context_tokens,
         env_executor=env_executor,  # type: ignore[arg-type]
+        env_step_timeout_s=env_step_timeout,
         sampling=SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens),
     )
     console = Console()
@@ -144,3 +152,6 @@ def rollout_cmd(
         table.add_row(key.removeprefix("rollout/"), f"{value:.4g}")
     console.print(table)
     console.print(f"wrote {len(result.trajectories)} trajectories to {path}")
+    errors = env_error_line(result.trajectories, env, {})
+    if errors is not None:
+        console.print(f"warning: {errors}", style="yellow", highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from agentrl._signals import Stopped
 from agentrl.cli.plan import PhaseClock, plan_lines, time_lines
 
 log = logging.getLogger("agentrl.train")
@@ -86,7 +87,7 @@ def run_training(
     cfg: Any, run_dir: Path, *, resume: bool = False, engine: Any | None = None
 ) -> None:
     """Train for the steps left in `cfg.trainer.num_steps` (all of them for a new run)."""
-    from agentrl._console import console, setup_logging
+    from agentrl._console import setup_logging
     from agentrl.runtime.lora import ADAPTER_DIR
     from agentrl.runtime.metrics import METRICS_FILE
     from agentrl.runtime.threads import set_torch_threads
@@ -119,33 +120,19 @@ def run_training(
             trainer.close()
         return
     if trainer.resumed_from is not None:
-        log.info("resumed from %s (step %d)", trainer.resumed_from, trainer.state.step)
+        log.info(
+            "resume: RL continues at step %d of %d from %s (policy, optimizer, RNG and seeds)",
+            trainer.state.step + 1,
+            cfg.trainer.num_steps,
+            trainer.resumed_from,
+        )
     log.info("%d steps of %s on %s", total, cfg.model.name, cfg.env.name)
     clock = PhaseClock("RL")
     try:
-        if live_bars(cfg):
-            with _progress(console()) as bar:
-                task = bar.add_task(
-                    "train", total=total, completed=trainer.state.step, reward="-", success="-"
-                )
-                while trainer.state.step < total:
-                    metrics = trainer.train_step()
-                    clock.step(trainer.state.step, total)
-                    reward, success = _headline(metrics)
-                    bar.update(task, completed=trainer.state.step, reward=reward, success=success)
-        else:
-            while trainer.state.step < total:
-                metrics = trainer.train_step()
-                clock.step(trainer.state.step, total)
-                reward, success = _headline(metrics)
-                log.info(
-                    "step %d/%d reward %s success %s (%.1f s)",
-                    trainer.state.step,
-                    total,
-                    reward,
-                    success,
-                    metrics.get("time/step", 0.0),
-                )
+        _steps(trainer, cfg, total, clock)
+    except Stopped:  # Ctrl-C or SIGTERM between two updates: keep the last finished step
+        _save_on_stop(trainer, Path(run_dir))
+        raise
     finally:
         trainer.close()
     log.info(
@@ -160,3 +147,47 @@ def run_training(
             adapter,
             final / "policy" / "model",
         )
+
+
+def _steps(trainer: Any, cfg: Any, total: int, clock: PhaseClock) -> None:
+    """Train the steps left, with a progress bar or a log line per step."""
+    from agentrl._console import console
+
+    if live_bars(cfg):
+        with _progress(console()) as bar:
+            task = bar.add_task(
+                "train", total=total, completed=trainer.state.step, reward="-", success="-"
+            )
+            while trainer.state.step < total:
+                metrics = trainer.train_step()
+                clock.step(trainer.state.step, total)
+                reward, success = _headline(metrics)
+                bar.update(task, completed=trainer.state.step, reward=reward, success=success)
+    else:
+        while trainer.state.step < total:
+            metrics = trainer.train_step()
+            clock.step(trainer.state.step, total)
+            reward, success = _headline(metrics)
+            log.info(
+                "step %d/%d reward %s success %s (%.1f s)",
+                trainer.state.step,
+                total,
+                reward,
+                success,
+                metrics.get("time/step", 0.0),
+            )
+
+
+def _save_on_stop(trainer: Any, run_dir: Path) -> None:
+    """Save the last finished step, unless a checkpoint of it is there already."""
+    from agentrl.runtime._ranks import world_size
+    from agentrl.train.checkpoint import latest_checkpoint
+
+    if world_size() > 1:  # a save is collective: the other ranks are not in it
+        log.info("stopping: the last checkpoint is the one to resume from (several ranks)")
+        return
+    latest = latest_checkpoint(run_dir)
+    saved = int(latest.name.removeprefix("step-")) if latest is not None else 0
+    if trainer.state.step > saved:
+        path = trainer.save_checkpoint()
+        log.info("saved step %d to %s before stopping", trainer.state.step, path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -19,6 +18,8 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrl._console import command_name
+from agentrl._signals import Stopped
 from agentrl.cli._common import RunError, env_errors_stop, missing_service
 from agentrl.cli._common import fail as _fail
 from agentrl.cli.eval import eval_cmd
@@ -320,6 +321,7 @@ def train_run(
     why = missing_service(cfg.env.name, cfg.env.kwargs)
     if why is not None:
         raise RunError(why, code=1)
+    _require_known_model(cfg.model.name)
     rank = _join_ranks(cfg)
     run_dir = Path(run_dir or _default_run_dir(cfg))
     if rank is not None:  # torchrun: every rank uses rank 0's run directory
@@ -494,7 +496,7 @@ def train(
     from agentrl.runtime._dist import exit_rank
 
     run_dir = run_dir or _default_run_dir(cfg)
-    resume_cmd = f"agentrl train --resume {run_dir}"
+    resume_cmd = f"{command_name()} train --resume {run_dir}"
     try:
         with env_errors_stop(cfg.env.name, cfg.env.kwargs, resume=resume_cmd):
             train_run(
@@ -512,12 +514,23 @@ def train(
     except KeyboardInterrupt:
         typer.echo(f"\ninterrupted; resume with: {resume_cmd}", err=True)
         raise typer.Exit(130) from None
-    except SystemExit as e:  # SIGTERM unwinds as `sys.exit(143)` (agentrl.cli.main)
-        if e.code == 128 + signal.SIGTERM:
-            typer.echo(f"\nstopped (SIGTERM); resume with: {resume_cmd}", err=True)
+    except Stopped as e:  # Ctrl-C or SIGTERM (agentrl._signals): the run saved its last step
+        typer.echo(f"\n{e.what}; resume with: {resume_cmd}", err=True)
+        e.reported = True  # type: ignore[attr-defined]
         raise
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a finished torchrun rank: no interpreter
         exit_rank(0)  # teardown (see there)
+
+
+def _require_known_model(name: str) -> None:
+    """Raise `RunError` before anything is written when `name` names no model (with the
+    nearest aliases; saying so when the hub cannot be reached)."""
+    from agentrl.rollout.models import ModelNotFoundError, check_model_name
+
+    try:
+        check_model_name(name)
+    except ModelNotFoundError as e:
+        raise RunError(f"--model: {e}") from None
 
 
 def export(

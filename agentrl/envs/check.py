@@ -10,8 +10,13 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +51,8 @@ class CheckResult:
     """What was seen (on failure: what went wrong)."""
     fix: str = ""
     """On failure: how to fix it."""
+    traceback: str = ""
+    """When the env raised: the traceback, trimmed to the env's own frames."""
 
 
 @dataclass
@@ -74,10 +81,13 @@ class CheckReport:
             lines.append(f"  [{'ok' if r.passed else 'FAIL'}] {r.name}: {r.detail}")
             if not r.passed and r.fix:
                 lines.append(f"         fix: {r.fix}")
+            if not r.passed and r.traceback:
+                lines += [f"         {line}" for line in r.traceback.splitlines()]
         return "\n".join(lines)
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=f"check_env: {self.env}", title_justify="left")
         table.add_column("check")
@@ -85,19 +95,100 @@ class CheckReport:
         table.add_column("detail / how to fix", overflow="fold")
         for r in self.results:
             mark = "[green]ok[/green]" if r.passed else "[red]FAIL[/red]"
-            text = r.detail if r.passed else f"{r.detail}\n[yellow]fix:[/yellow] {r.fix}"
+            text = Text(r.detail)
+            if not r.passed:
+                text.append("\nfix: ", style="yellow").append(r.fix)
+                if r.traceback:
+                    text.append("\n" + r.traceback, style="dim")
             table.add_row(r.name, mark, text)
         return table
 
 
 class _CheckFailed(Exception):
-    def __init__(self, detail: str, fix: str) -> None:
+    def __init__(self, detail: str, fix: str, cause: BaseException | None = None) -> None:
         super().__init__(detail)
         self.detail, self.fix = detail, fix
+        self.traceback = env_traceback(cause) if cause is not None else ""
+
+
+class EnvCallHung(BaseException):
+    """An env call past its time limit (a BaseException: an env's `except Exception` must not
+    swallow it)."""
+
+    def __init__(self, message: str, seed: int | None = None) -> None:
+        super().__init__(message)
+        self.seed = seed
 
 
 def _fmt_exc(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"[:300]
+
+
+_ENVS_DIR = Path(__file__).resolve().parent
+_CHECKS = (_ENVS_DIR / "check.py", _ENVS_DIR / "contract.py")
+
+
+def env_traceback(error: BaseException) -> str:
+    """The traceback of `error`, trimmed to the env's own frames (`_env_frame`)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _env_frame(f.filename)]
+    lines = ["Traceback (the env's frames):\n", *traceback.format_list(frames)]
+    if isinstance(error, EnvCallHung):
+        lines.append("(where the call was when its time ran out)")
+    else:
+        lines += traceback.format_exception_only(type(error), error)
+    return "".join(lines).rstrip()
+
+
+def _env_frame(filename: str) -> bool:
+    """Whether a frame is the env's: outside agentrl (a user's env) or among its envs, but
+    not the checks, the contract helpers, the command line or contextlib."""
+    path = Path(filename).resolve()
+    if path in _CHECKS or path.name == "contextlib.py":
+        return False
+    return _ENVS_DIR.parent not in path.parents or _ENVS_DIR in path.parents
+
+
+@contextmanager
+def _limit(seconds: float | None, what: Callable[[], tuple[str, int | None]]) -> Iterator[None]:
+    """Raise `EnvCallHung` in the main thread if the body runs past `seconds` (SIGALRM; elsewhere,
+    and with None, no limit)."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        message, seed = what()
+        raise EnvCallHung(f"{message} did not return within {seconds:g} s", seed)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def bound_calls(env: TokenEnv, seconds: float | None) -> None:
+    """Give `env`'s reset, step and close a time limit each (instance attributes; main thread
+    only): a call past it raises `EnvCallHung`, naming the call and the episode's seed."""
+    reset, step, close = env.reset, env.step, env.close
+    seed: list[int | None] = [None]
+
+    def bounded_reset(*args: Any, **kwargs: Any) -> Any:
+        seed[0] = kwargs.get("seed")
+        with _limit(seconds, lambda: (f"reset(seed={seed[0]})", seed[0])):
+            return reset(*args, **kwargs)
+
+    def bounded_step(*args: Any, **kwargs: Any) -> Any:
+        with _limit(seconds, lambda: (f"step() in the episode with seed {seed[0]}", seed[0])):
+            return step(*args, **kwargs)
+
+    def bounded_close() -> Any:
+        with _limit(seconds, lambda: ("close()", seed[0])):
+            return close()
+
+    env.reset, env.step, env.close = bounded_reset, bounded_step, bounded_close  # type: ignore[method-assign]
 
 
 def _check_step(out: Any, where: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -140,6 +231,7 @@ def check_env(
     *,
     seed: int = 0,
     num_episodes: int = 3,
+    call_timeout_s: float | None = None,
     **kwargs: Any,
 ) -> CheckReport:
     """Run the contract checks on an env (instance, registered name, class or factory).
@@ -147,6 +239,8 @@ def check_env(
     With a name, class or factory, fresh envs are built (`kwargs` go to the constructor), so
     `step` before `reset` is checked too; with an instance that was already reset, that check
     is reported as skipped-but-passed. Nothing raises: every problem lands in the report.
+    `call_timeout_s` bounds each reset, step and close (in the main thread only: it uses
+    SIGALRM); a call past it fails its check.
     """
     if isinstance(env_or_name, TokenEnv):
         instance = env_or_name
@@ -174,19 +268,46 @@ def check_env(
         try:
             report.results.append(CheckResult(name, True, fn()))
         except _CheckFailed as e:
-            report.results.append(CheckResult(name, False, e.detail, e.fix))
+            report.results.append(CheckResult(name, False, e.detail, e.fix, e.traceback))
+        except EnvCallHung as e:
+            first = not any("did not return within" in r.detail for r in report.results)
+            seed_ = "S" if e.seed is None else e.seed
+            report.results.append(
+                CheckResult(
+                    name,
+                    False,
+                    str(e),
+                    "every call must return: find the loop or wait that does not end "
+                    f"(`agentrl play {label} --seed {seed_}` replays the episode); training "
+                    "ends such an episode env_error after rollout.env_step_timeout_s",
+                    env_traceback(e) if first else "",
+                )
+            )
         except Exception as e:  # noqa: BLE001 - an env bug is a failed check, not a crash
             report.results.append(
                 CheckResult(
                     name,
                     False,
                     f"raised {_fmt_exc(e)}",
-                    "see the traceback; envs must not raise here",
+                    "see the traceback below; envs must not raise here",
+                    env_traceback(e),
                 )
             )
 
     try:
-        env = build()
+        with _limit(call_timeout_s, lambda: (f"building {label}", None)):
+            env = build()
+    except EnvCallHung as e:
+        report.results.append(
+            CheckResult(
+                "construct",
+                False,
+                str(e),
+                "make the constructor return",
+                "",
+            )
+        )
+        return report
     except UnknownEnvError as e:  # a misspelled name: the nearest and all known names, whole
         report.results.append(CheckResult("construct", False, str(e), "use one of the names above"))
         return report
@@ -201,6 +322,7 @@ def check_env(
         )
         return report
     report.results.append(CheckResult("construct", True, type(env).__name__))
+    bound_calls(env, call_timeout_s)
 
     def step_before_reset() -> str:
         if env._has_reset:
@@ -211,7 +333,7 @@ def check_env(
             return "raises EnvNotResetError"
         except Exception as e:  # noqa: BLE001
             raise _CheckFailed(
-                f"raised {_fmt_exc(e)}", "call self.require_reset() first in step()"
+                f"raised {_fmt_exc(e)}", "call self.require_reset() first in step()", e
             ) from None
         raise _CheckFailed(
             "step() before reset() returned normally", "call self.require_reset() first in step()"
@@ -303,6 +425,7 @@ def check_env(
                 raise _CheckFailed(
                     f"step({label_} action) raised {_fmt_exc(e)}",
                     "treat malformed text as an ordinary step: penalty reward + feedback text",
+                    e,
                 ) from None
             ended = _check_step(out, f"step({label_} action)")[2] or out[3]
         return f"{len(actions)} malformed actions handled"
@@ -352,4 +475,7 @@ def check_env(
     run("rewards and types", rewards_and_types)
     run("random episode ends", random_episode_ends)
     run("spaces", spaces)
+    if isinstance(env_or_name, TokenEnv):  # the caller's instance: its own methods again
+        for method in ("reset", "step", "close"):
+            vars(env).pop(method, None)
     return report

@@ -68,10 +68,13 @@ class RolloutConfig(_Section):
     """Wall-clock budget of one episode, env calls and generation included; when it runs out
     the episode ends `truncated`."""
     env_step_timeout_s: float | None = Field(60.0, gt=0)
-    """Longest one env reset/step may take; past it the episode ends `env_error`."""
-    env_executor: Literal["thread", "process", "ray"] = "thread"
-    """Where env reset/step run: a thread pool, worker processes for CPU-heavy envs, or Ray
-    actors (which can live on CPU-only nodes of the cluster)."""
+    """Longest one env reset/step may take; past it the episode ends `env_error` (and with
+    `env_executor: process`, the default, its worker process is killed and replaced)."""
+    env_executor: Literal["thread", "process", "ray"] = "process"
+    """Where env reset/step run: worker processes (a call past `env_step_timeout_s` kills and
+    replaces its worker), a thread pool (no process hop, but a hung call cannot be stopped and
+    keeps the command from exiting: only for envs that cannot hang), or Ray actors (which can
+    live on CPU-only nodes of the cluster)."""
     num_env_workers: int = Field(16, ge=1)
     """Threads or processes that run env calls (`thread`, `process`); with `ray`, the
     threads of each env actor."""

@@ -55,8 +55,12 @@ def evaluation_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "num_turns": float(np.mean([t.num_turns for t in trajs])),
         "num_episodes": float(len(trajs)),
         "error_frac": float(np.mean([not t.status.trainable for t in trajs])),
+        "num_errors": float(sum(not t.status.trainable for t in trajs)),
         **tool_use_stats(trajs),
     }
+    failed = [t for t in trajs if not t.status.trainable]
+    if failed:
+        metrics["first_error_seed"] = float(failed[0].seed)
     tasks = [t.reset_info.get("task") for t in trajs]
     if tasks and all(isinstance(name, str) for name in tasks):
         for name in sorted(set(tasks)):
@@ -91,7 +95,8 @@ def evaluate(
     """One episode per validation seed.
 
     Returns `success_rate` and its standard error `success_se`, `reward_mean`, `num_turns`,
-    `num_episodes` and `error_frac`; for tool envs also `tool_call_rate` and `tool_ok_rate`
+    `num_episodes`, `error_frac` and `num_errors` (env or engine errors; with any, the seed
+    of the first, `first_error_seed`); for tool envs also `tool_call_rate` and `tool_ok_rate`
     (`tool_use_stats`). When every episode's reset info names its `task` (tool-python's
     family), also `success_task_<task>`, its `_se` and `num_episodes_task_<task>`. When every
     episode's reset info has `optimal_len`, also `success_short` / `success_long` (optimal

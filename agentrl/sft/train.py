@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from agentrl._signals import Stopped
+from agentrl._signals import deferred as deferred_stop
 from agentrl.runtime.batch import TrainBatch, micro_batches
 from agentrl.runtime.model_settings import write_model_settings
 from agentrl.runtime.threads import SlowStepWatch, set_torch_threads
@@ -348,28 +350,44 @@ def run_sft(
         save_sft_checkpoint(out_dir, state, backend=backend, epoch_generator=generator)
         last_save = time.perf_counter()
 
+    saved_step = state.step
+    epoch_start = generator.get_state()
+
+    def checkpoint() -> None:
+        nonlocal saved_step
+        if state.step % num_mini:  # mid-epoch: the order comes from epoch_start
+            drawn = generator.get_state()
+            generator.set_state(epoch_start)
+            save()
+            generator.set_state(drawn)
+        else:
+            save()
+        saved_step = state.step
+
     try:
         for epoch in range(state.step // num_mini, cfg.num_epochs):
             epoch_start = generator.get_state()  # a checkpoint in this epoch redraws from it
             skip = state.step - epoch * num_mini
             for mini in rows.mini_batches(num_mini, generator, skip=skip):
                 step_start = time.perf_counter()
-                metrics = _sft_step(backend, mini, cfg.micro_batch_tokens)
-                state.step += 1
-                slow_steps.observe(state.step, time.perf_counter() - step_start)
-                metrics["sft/epoch"] = float(epoch)
-                logger.log(state.step, metrics)
+                with deferred_stop():  # Ctrl-C / SIGTERM: after the update and its count
+                    metrics = _sft_step(backend, mini, cfg.micro_batch_tokens)
+                    state.step += 1
+                    slow_steps.observe(state.step, time.perf_counter() - step_start)
+                    metrics["sft/epoch"] = float(epoch)
+                    logger.log(state.step, metrics)
                 if on_step is not None:
                     on_step(state.step, total_steps, metrics)
                 every = cfg.checkpoint_every_s
                 if every is not None and time.perf_counter() - last_save >= every:
-                    if state.step % num_mini:  # mid-epoch: the order comes from epoch_start
-                        drawn = generator.get_state()
-                        generator.set_state(epoch_start)
-                        save()
-                        generator.set_state(drawn)
-                    else:
-                        save()
+                    checkpoint()
+    except Stopped:  # keep every finished step: a resume continues after it
+        if state.step > saved_step:
+            checkpoint()
+            log.info(
+                "saved SFT step %d of %d to %s before stopping", state.step, total_steps, out_dir
+            )
+        raise
     finally:
         logger.close()
     final_nll, final_accuracy = dataset_nll(backend.model, sample, cfg.micro_batch_tokens)

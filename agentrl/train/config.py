@@ -82,6 +82,10 @@ class TrainerConfig(_Section):
     async_rollout: bool = False
     """Overlap the rollout of step t+1 with the update of step t (staleness <= 1, corrected
     with sampler logprobs)."""
+    max_env_error_steps: int | None = Field(default=3, gt=0)
+    """Steps in a row in which most episodes (over half) may end `env_error` before the run
+    stops (exit 1, saving its last step first); null never stops. Each step with any env
+    error prints one line (count, first reason, the `agentrl play` command that replays it)."""
     num_threads: int = Field(default=0, ge=0)
     """torch intra-op threads (also the warm start's); 0 chooses them from the CPUs the
     process may use and the machine's load, or takes `OMP_NUM_THREADS` when it is set."""

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl._signals import deferred as deferred_stop
 from agentrl.algos.base import CreditInputs, make_algorithm
 from agentrl.rollout.engine import SamplingParams
 from agentrl.rollout.engines import SeededEngine, build_engine
@@ -48,6 +49,7 @@ from agentrl.train.checkpoint import (
 )
 from agentrl.train.config import TrainConfig
 from agentrl.train.critic import build_critic
+from agentrl.train.env_errors import EnvErrorWatch, TooManyEnvErrors
 from agentrl.train.learner import Learner, credited_rows
 from agentrl.trajectory.bridge import ChatBridge
 from agentrl.trajectory.types import Trajectory
@@ -100,6 +102,9 @@ class Trainer:
         _check_env(cfg.env.name, cfg.env.kwargs)  # a bad kwarg fails now, before model work
         threads = set_torch_threads(cfg.trainer.num_threads)  # logs the choice once
         self.slow_steps = SlowStepWatch(num_threads=threads.num_threads, key=threads.key)
+        self.env_errors = EnvErrorWatch(
+            cfg.env.name, cfg.env.kwargs, max_steps=cfg.trainer.max_env_error_steps
+        )
         _seed_everything(cfg.seed)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         """Shuffles mini-batches; saved in checkpoints."""
@@ -223,33 +228,48 @@ class Trainer:
         with timer("rollout"):
             result = broadcast_object(self.next_rollout(step))  # rank 0's rollout, everywhere
         trajs = result.trajectories
-        self.save_trajectories(step, trajs)
-        metrics = (trajectory_stats(trajs) if result.sampled else {}) | result.metrics
-        kept, keep_metrics = self.keep(trajs, sampled=result.sampled)
-        metrics |= keep_metrics
-        if kept:
-            metrics |= self.learn(step, kept, timer)  # score, credit, update
-        else:
-            log.warning(
-                "step %d: no trajectory to train on (all env/engine errors, or the algorithm "
-                "kept none); no update",
-                step,
+        with deferred_stop():  # Ctrl-C / SIGTERM wait for the update and the step count
+            self.save_trajectories(step, trajs)
+            metrics = (trajectory_stats(trajs) if result.sampled else {}) | result.metrics
+            kept, keep_metrics = self.keep(trajs, sampled=result.sampled)
+            metrics |= keep_metrics
+            if kept:
+                metrics |= self.learn(step, kept, timer)  # score, credit, update
+            else:
+                log.warning(
+                    "step %d: no trajectory to train on (all env/engine errors, or the algorithm "
+                    "kept none); no update",
+                    step,
+                )
+            unchanged = self._synced_step == self.state.step and not kept
+            self.state = replace(
+                self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups
             )
-        unchanged = self._synced_step == self.state.step and not kept
-        self.state = replace(self.state, step=step, seed_cursor=step * self.cfg.trainer.num_groups)
-        if unchanged:  # no update: the engine's weights are still current
-            self._synced_step = step
-        if not self.cfg.trainer.async_rollout:
-            with timer("sync"):
-                self.sync_weights()
-        num_train_tokens = int(metrics.get("throughput/train_tokens", 0))
-        metrics |= self._throughput(timer, trajs, num_train_tokens)
-        metrics |= self._collapse_check(step, metrics, groups=result.sampled)
-        if self.cfg.eval.every and step % self.cfg.eval.every == 0 and self.engine is not None:
-            with timer("eval"):
-                metrics |= self.evaluate()
-        self.log_and_checkpoint(step, metrics, timer)
+            if unchanged:  # no update: the engine's weights are still current
+                self._synced_step = step
+            if not self.cfg.trainer.async_rollout:
+                with timer("sync"):
+                    self.sync_weights()
+            num_train_tokens = int(metrics.get("throughput/train_tokens", 0))
+            metrics |= self._throughput(timer, trajs, num_train_tokens)
+            metrics |= self._collapse_check(step, metrics, groups=result.sampled)
+            if self.cfg.eval.every and step % self.cfg.eval.every == 0 and self.engine is not None:
+                with timer("eval"):
+                    metrics |= self.evaluate()
+            self.log_and_checkpoint(step, metrics, timer)
+        self.check_env_errors(step, trajs)
         return metrics
+
+    def check_env_errors(self, step: int, trajs: list[Trajectory]) -> None:
+        """One console line for a step with env errors; past `trainer.max_env_error_steps`
+        bad steps in a row, save the step (unless just saved) and stop (`TooManyEnvErrors`)."""
+        try:
+            self.env_errors.observe(step, trajs, quiet=self.policy.rank != 0)
+        except TooManyEnvErrors:
+            every = self.cfg.checkpoint.every
+            if not ((every and step % every == 0) or step == self.cfg.trainer.num_steps):
+                self.save_checkpoint()
+            raise
 
     def learn(self, step: int, kept: list[Trajectory], timer: StageTimer) -> dict[str, float]:
         """Score, credit and update on the kept trajectories, in the order the algorithm needs."""

@@ -193,3 +193,58 @@ def test_spaces_must_hold_what_the_env_returns_and_takes() -> None:
     assert check_env(DeclaredMessages).ok
     (failure,) = check_env(NarrowActions).failures
     assert failure.name == "spaces" and "AnyText()" in failure.fix
+
+
+class HangsOnSeed4(Good):
+    """`step()` loops forever in the episode with seed 4."""
+
+    def reset(self, *, seed=None, options=None):
+        self.hang = seed == 4
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: str):
+        while self.hang:
+            pass
+        return super().step(action)
+
+
+class ResetRaisesOnSeed1(Good):
+    def reset(self, *, seed=None, options=None):
+        if seed == 1:
+            raise KeyError("room 1")
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_hung_call_fails_its_check_within_the_limit_naming_seed_and_place() -> None:
+    import time
+
+    start = time.monotonic()
+    report = check_env(HangsOnSeed4, seed=4, num_episodes=1, call_timeout_s=0.2)
+    assert time.monotonic() - start < 5
+    failed = {r.name: r for r in report.failures}
+    det = failed["determinism"]
+    assert det.detail == "step() in the episode with seed 4 did not return within 0.2 s"
+    assert "agentrl play HangsOnSeed4 --seed 4" in det.fix
+    assert "in step\n    while self.hang:" in det.traceback  # where it was stopped
+    assert "agentrl/envs/check.py" not in det.traceback
+    assert not failed["malformed actions"].traceback  # shown once, not on every row
+
+
+def test_a_raising_reset_shows_the_env_frames_only() -> None:
+    report = check_env(ResetRaisesOnSeed1, num_episodes=2)
+    failed = {r.name: r for r in report.failures}
+    tb = failed["determinism"].traceback
+    assert tb.startswith("Traceback (the env's frames):\n")
+    assert 'raise KeyError("room 1")' in tb and tb.endswith("KeyError: 'room 1'")
+    assert (
+        "agentrl/envs/check.py" not in tb and "see the traceback below" in failed["determinism"].fix
+    )
+    assert "         KeyError: 'room 1'" in str(report).splitlines()
+
+
+def test_an_observation_outside_the_declared_space_fails_spaces() -> None:
+    class Digits(Good):
+        observation_space = spaces.Text(max_length=20, charset="0123456789")
+
+    failed = {r.name: r for r in check_env(Digits, num_episodes=1).failures}
+    assert "not in observation_space" in failed["spaces"].detail

@@ -63,7 +63,7 @@ def test_a_wrong_arity_stops_the_rollout_naming_env_call_and_fix(executor) -> No
 
 
 def test_an_int_observation_from_reset_stops_the_rollout() -> None:
-    with pytest.raises(EnvContractError, match=r"reset\(seed=0\) returned an observation"):
+    with pytest.raises(EnvContractError, match=r"reset\(seed=[01]\) returned an observation"):
         _rollout(IntObservation)
 
 

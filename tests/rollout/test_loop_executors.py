@@ -105,7 +105,7 @@ def _rollout_threads(num_workers: int, **cfg: Any) -> tuple[set[int], Any]:
     env = functools.partial(ThreadLogEnv, min_steps=2, max_steps=2, **cfg.pop("env", {}))
     result = rollout(
         ScriptedEngine(plain_vocab_ids(tok), seed=0), env, tok, [0, 1, 2], group_size=2,
-        cfg=RolloutConfig(num_env_workers=num_workers, **cfg),
+        cfg=RolloutConfig(env_executor="thread", num_env_workers=num_workers, **cfg),
     )  # fmt: skip
     return ThreadLogEnv.threads - {threading.get_ident()}, result
 

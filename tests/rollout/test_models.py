@@ -117,3 +117,33 @@ def test_smollm2_converts_once_and_answers() -> None:
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
     assert "Paris" in tok.decode(out[0, len(ids) :])
+
+
+def test_check_model_name_suggests_aliases_and_says_offline(monkeypatch, tmp_path) -> None:
+    from agentrl.rollout.models import ModelNotFoundError, check_model_name
+
+    check_model_name("tiny")
+    with pytest.raises(ModelNotFoundError, match=r"did you mean smollm2-135m\?"):
+        check_model_name("smollm2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelNotFoundError, match="nor in the local Hugging Face cache"):
+        check_model_name("someorg/some-model")
+
+
+def test_train_with_an_unknown_model_writes_nothing(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "train", "--env", "sokoban", "--model", "smollm2",
+         "--run-dir", str(run)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --model: model 'smollm2' is not a built-in alias (did you mean smollm2-135m?), "
+        "not a local folder (a Hugging Face id reads org/name)"
+    ]
+    assert not run.exists()

@@ -57,14 +57,17 @@ def test_a_broken_env_stops_train_in_a_few_lines(tmp_path, env, returned, fix) -
 
 def test_steps_before_the_broken_one_stay_and_the_run_resumes(tmp_path) -> None:
     run_dir = tmp_path / "run"
-    result = _train(run_dir, "trainer_envs:BreaksOnThirdSeed", "--steps", "2")
+    in_process = ("--set", "rollout.env_executor=thread")  # the env counts seeds per process
+    result = _train(run_dir, "trainer_envs:BreaksOnThirdSeed", "--steps", "2", *in_process)
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"then resume with: agentrl train --resume {run_dir}" in result.stderr
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1]
     assert (run_dir / "checkpoints" / "step-000001").is_dir()
 
-    result = _train(run_dir, "trainer_envs:BreaksOnThirdSeed", "--resume", str(run_dir), fixed=True)
+    result = _train(
+        run_dir, "trainer_envs:BreaksOnThirdSeed", "--resume", str(run_dir), *in_process, fixed=True
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
