@@ -157,7 +157,10 @@ def check_model_name(name: str, *, timeout_s: float = 10.0) -> None:
         return
     path = Path(name).expanduser()
     if path.exists() or name.startswith((".", "/", "~")):
-        resolve_model(name)  # a local folder: checked without the network
+        inside = ("adapter_config.json", "policy", "checkpoints")
+        if path.is_dir() and any((path / part).exists() for part in inside):
+            return  # a LoRA adapter, checkpoint or run folder: its loader names what is amiss
+        resolve_model(name)  # a local model folder: checked without the network
         return
     near = difflib.get_close_matches(name, ALIASES, n=2, cutoff=0.5)
     near += [a for a in ALIASES if a.startswith(name) and a not in near]

@@ -131,6 +131,21 @@ def test_check_model_name_suggests_aliases_and_says_offline(monkeypatch, tmp_pat
         check_model_name("someorg/some-model")
 
 
+def test_check_model_name_takes_adapter_checkpoint_and_run_folders(tmp_path) -> None:
+    from agentrl.rollout.models import ModelNotFoundError, check_model_name
+
+    adapter = tmp_path / "adapter"  # what `agentrl sft` writes with LoRA: no config.json
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "smollm2-135m"}')
+    (tmp_path / "checkpoint" / "policy").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    for folder in ("adapter", "checkpoint", "run"):
+        check_model_name(str(tmp_path / folder))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError):
+        check_model_name(str(tmp_path / "empty"))
+
+
 def test_train_with_an_unknown_model_writes_nothing(tmp_path) -> None:
     import subprocess
     import sys
