@@ -66,7 +66,7 @@ def test_a_pretrained_model_on_sokoban_gets_the_llm_recipe_not_tinys(model: str)
     assert recipe_path("sokoban", model).name == "cpu-sokoban-llm.yaml"
     assert cfg.trainer.lora.enabled and cfg.warm_start.expert == "solver"
     assert cfg.warm_start.num_episodes <= 2048 and cfg.trainer.num_groups <= 16  # not tiny's
-    assert cfg.env.kwargs["grid_sep"] == " "
+    assert cfg.env.kwargs["positions"] is True
     assert cfg.algo.name != "expert-iteration"  # tiny's preset does not follow
 
 

@@ -108,7 +108,6 @@ class SokobanEnv(TokenEnv):
         invalid_penalty: float = -0.1,
         rooms_file: str | None = None,
         rooms_set: str | None = None,
-        grid_sep: str = "",
         positions: bool = False,
     ) -> None:
         """Configure the rooms and the budgets.
@@ -130,9 +129,6 @@ class SokobanEnv(TokenEnv):
                 instead of generating them; `reset(seed=k)` picks the room whose `seed` is k
                 when there is one.
             rooms_set: with `rooms_file`, keep only lines whose `set` field matches.
-            grid_sep: text between two cells of a grid row. `""` is RAGEN's rendering;
-                `" "` gives a general tokenizer (BPE) one token per cell, so the cell above
-                is always the same number of tokens back (the LLM recipe's rendering).
             positions: add a line under the grid that says where the boxes and targets are,
                 in rows down or up and columns right or left of the player, so a model need
                 not find them in the grid (the LLM recipe's observation).
@@ -155,7 +151,6 @@ class SokobanEnv(TokenEnv):
         self.min_solution_len = min_solution_len
         self.max_solution_len = max_actions if max_solution_len is None else max_solution_len
         self.invalid_penalty = float(invalid_penalty)
-        self.grid_sep = grid_sep
         self.positions = bool(positions)
         self.rooms = load_rooms(rooms_file, rooms_set) if rooms_file is not None else None
         self._room_by_seed = {s: i for i, (s, _, _) in enumerate(self.rooms or ()) if s is not None}
@@ -351,8 +346,8 @@ class SokobanEnv(TokenEnv):
             cells[b] = "√" if cells[b] == "O" else "X"
         p = self._player
         cells[p] = "S" if cells[p] == "O" else "P"
-        w, sep = s.width, self.grid_sep
-        return "\n".join([sep.join(cells[i : i + w]) for i in range(0, len(cells), w)])
+        w = s.width
+        return "\n".join(["".join(cells[i : i + w]) for i in range(0, len(cells), w)])
 
     def expert_actions(self, max_actions: int | None = None) -> list[str]:
         """Optimal next actions from the current position (an expert policy)."""
