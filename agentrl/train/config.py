@@ -59,8 +59,8 @@ class _Section(BaseModel):
 class TrainerConfig(_Section):
     """The training loop: how much data per step and how it is turned into updates."""
 
-    num_steps: int = Field(default=20, gt=0)
-    """Training steps (rollout + update) in the run."""
+    num_steps: int = Field(default=50, gt=0)
+    """Training steps (rollout + update) in the run (an env's recipe may set its own)."""
     num_groups: int = Field(default=4, gt=0)
     """Initial states (env seeds) per step; each is rolled out `rollout.group_size` times."""
     first_seed: int = Field(default=500_000, ge=0)
