@@ -37,7 +37,7 @@ def play(engine: object, tokenizer: object, seeds: list[int]) -> tuple[float, li
     from agentrl.rollout.config import RolloutConfig, SamplingConfig
     from agentrl.rollout.loop import rollout
 
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=16, seed=0)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=16)
     start = time.perf_counter()
     result = rollout(
         engine,
@@ -46,7 +46,7 @@ def play(engine: object, tokenizer: object, seeds: list[int]) -> tuple[float, li
         seeds,
         group_size=8,
         cfg=RolloutConfig(max_turns=10, history_turns=0, max_context_tokens=2048),
-        sampling=sampling.to_params(),
+        sampling=sampling.to_params(seed=0),
         env_name="sokoban",
     )
     wall = time.perf_counter() - start

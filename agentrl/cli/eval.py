@@ -325,9 +325,7 @@ def run_evaluations(setup: EvalSetup) -> Iterator[tuple[float, dict[str, float],
         runner = SeededEngine(build_engine(cfg, model_path))
         stack.callback(runner.close)
         for temp in setup.temperatures:
-            sampling = SamplingConfig(
-                temperature=temp, max_new_tokens=settings.max_new_tokens, seed=0
-            )
+            sampling = SamplingConfig(temperature=temp, max_new_tokens=settings.max_new_tokens)
             trajs = validation_episodes(
                 runner,
                 env_factory,
@@ -335,7 +333,7 @@ def run_evaluations(setup: EvalSetup) -> Iterator[tuple[float, dict[str, float],
                 num_episodes=settings.eval_episodes,
                 seed_offset=settings.eval_seed_offset,
                 rollout_cfg=rollout_cfg,
-                sampling=sampling.to_params(),
+                sampling=sampling.to_params(seed=0),
                 env_name=settings.env.name,
             )
             yield temp, evaluation_metrics(trajs), trajs

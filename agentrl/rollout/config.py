@@ -33,11 +33,12 @@ class SamplingConfig(_Section):
     """Sample among the k most likely ids; 0 disables it."""
     max_new_tokens: int = Field(256, ge=1)
     """Most ids sampled per turn (lowered further when the context budget runs short)."""
-    seed: int | None = None
-    """Sampling seed for reproducible generations; None draws fresh randomness."""
 
-    def to_params(self, stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
-        """The engine's `SamplingParams` for these settings."""
+    def to_params(
+        self, stop_token_ids: tuple[int, ...] = (), *, seed: int | None = None
+    ) -> SamplingParams:
+        """The engine's `SamplingParams` for these settings; `seed` seeds the sampler (None
+        draws fresh randomness; a training run derives it from the top-level `seed`)."""
         from agentrl.rollout.engine import SamplingParams
 
         return SamplingParams(
@@ -46,7 +47,7 @@ class SamplingConfig(_Section):
             top_k=self.top_k,
             max_new_tokens=self.max_new_tokens,
             stop_token_ids=tuple(stop_token_ids),
-            seed=self.seed,
+            seed=seed,
         )
 
 

@@ -19,7 +19,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -65,9 +64,9 @@ class ModelConfig(_Section):
 
 
 class OptimConfig(_Section):
-    """AdamW (betas 0.9, 0.999; no weight decay) and its learning-rate schedule: the
-    `warm_start.optim` and `agentrl sft` keys; RL's `optim` adds the critic's lr
-    (`PolicyOptimConfig`)."""
+    """AdamW (betas 0.9, 0.999; no weight decay) and its learning-rate schedule: the keys RL's
+    `optim` (`PolicyOptimConfig`, which adds the critic's lr) and supervised fine-tuning's
+    (`SFTOptimConfig`, with its own defaults and warm restarts) share."""
 
     lr: float = Field(default=1e-5, gt=0)
     """Policy learning rate after warmup."""
@@ -79,11 +78,6 @@ class OptimConfig(_Section):
     """LR after warmup: constant, linear decay or cosine decay to `min_lr_ratio * lr`."""
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     """Final LR as a fraction of `lr` for the linear and cosine schedules."""
-    cycles: int = Field(default=1, gt=0)
-    """Linear or cosine decay in this many equal cycles, each restarting from its peak (warm
-    restarts, SGDR)."""
-    cycle_decay: float = Field(default=1.0, gt=0, le=1)
-    """Each cycle's peak LR is this times the previous cycle's."""
 
 
 class PolicyOptimConfig(OptimConfig):
@@ -93,17 +87,24 @@ class PolicyOptimConfig(OptimConfig):
     """Critic (value model) learning rate after warmup (algorithms with a critic: ppo)."""
 
 
-_SFT_OPTIM_DEFAULTS: dict[str, Any] = {
-    "lr": 1e-3,
-    "warmup_steps": 10,
-    "schedule": "cosine",
-    "min_lr_ratio": 0.1,
-}
-"""Where supervised fine-tuning's optimizer defaults differ from `OptimConfig`'s (RL's)."""
+class SFTOptimConfig(OptimConfig):
+    """AdamW and its learning-rate schedule for supervised fine-tuning (`agentrl sft`, the
+    warm start): warmup and cosine decay by default, optionally in cycles (warm restarts)."""
 
-
-def _sft_optim() -> OptimConfig:
-    return OptimConfig(**_SFT_OPTIM_DEFAULTS)
+    lr: float = Field(default=1e-3, gt=0)
+    """Learning rate after warmup. 1e-3 suits the random-weight `tiny` model; use about 1e-5
+    for a pretrained LLM."""
+    warmup_steps: int = Field(default=10, ge=0)
+    """Optimizer steps of linear warmup from 0 to `lr`."""
+    schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    """LR after warmup: constant, linear decay or cosine decay to `min_lr_ratio * lr`."""
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    """Final LR as a fraction of `lr` for the linear and cosine schedules."""
+    cycles: int = Field(default=1, gt=0)
+    """Linear or cosine decay in this many equal cycles, each restarting from its peak (warm
+    restarts, SGDR)."""
+    cycle_decay: float = Field(default=1.0, gt=0, le=1)
+    """Each cycle's peak LR is this times the previous cycle's."""
 
 
 class ExpertSFTConfig(_Section):
@@ -121,23 +122,12 @@ class ExpertSFTConfig(_Section):
     batch_size: int = Field(default=16, gt=0)
     """Samples per optimizer step: episodes, or turns when prompts keep only the last turns
     (`history_turns`; the warm start takes `rollout.history_turns`)."""
-    optim: OptimConfig = Field(default_factory=_sft_optim)
-    """AdamW and LR schedule (the keys of `optim`), with the defaults of supervised
-    fine-tuning: lr 1e-3, 10 warmup steps, cosine decay to 0.1 x lr. The lr suits the
-    random-weight `tiny` model; use about 1e-5 for a pretrained LLM."""
+    optim: SFTOptimConfig = Field(default_factory=SFTOptimConfig)
+    """AdamW and LR schedule, with the defaults of supervised fine-tuning."""
     checkpoint_every_s: float | None = Field(default=120.0, ge=0)
     """Seconds of training between checkpoints, from which `--resume` continues (`agentrl sft
     --resume`, or `agentrl train --resume` during the warm start); 0 writes one after every
     step, None none."""
-
-    @field_validator("optim", mode="before")
-    @classmethod
-    def _sft_optim_defaults(cls, value: Any) -> Any:
-        """Fill fields a partial `optim` (e.g. only `lr`) leaves out from the SFT defaults
-        (warmup 10, cosine to 0.1), not from `OptimConfig`'s RL defaults (constant)."""
-        if isinstance(value, dict):
-            return {**_SFT_OPTIM_DEFAULTS, **value}
-        return value
 
 
 class LoraConfig(_Section):
@@ -160,14 +150,6 @@ class LoraConfig(_Section):
     """Names of the `nn.Linear` modules that get adapters."""
 
 
-class CollapseConfig(_Section):
-    """Early warning of the "Echo Trap": in-group reward std and entropy fall, then the grad
-    norm spikes (thresholds: `agentrl.runtime.metrics.CollapseDetector`)."""
-
-    enabled: bool = True
-    """Emit the `collapse_warning` metric and a warning line."""
-
-
 class LoggingConfig(_Section):
     """Where metrics and trajectories go."""
 
@@ -180,8 +162,6 @@ class LoggingConfig(_Section):
     """Trajectories per step written under `<run>/trajectories`; 0 disables."""
     progress: bool = True
     """Show a rich progress bar."""
-    collapse: CollapseConfig = Field(default_factory=CollapseConfig)
-    """Collapse early-warning thresholds."""
 
 
 class ConfigError(ValueError):

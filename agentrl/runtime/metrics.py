@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.runtime.config import CollapseConfig, LoggingConfig
+from agentrl.runtime.config import LoggingConfig
 from agentrl.trajectory.types import Trajectory, tool_use_stats
 
 METRICS_FILE = "metrics.jsonl"
@@ -62,12 +62,12 @@ class CollapseDetector:
     `parse_failures` (at least `MAX_PARSE_FAILURE` of the answers did not parse) and
     `no_reward_variance` (`DEAD_STEPS` steps in a row where no group's episodes differed).
 
-    >>> d = CollapseDetector(CollapseConfig())
+    >>> d = CollapseDetector()
     >>> [d.update(reward_std=1.0, entropy=2.0, grad_norm=1.0)[0] for _ in range(5)]
     [False, False, False, False, False]
     >>> d.update(reward_std=0.1, entropy=0.5, grad_norm=1.0)
     (True, ['reward_std', 'entropy'])
-    >>> d = CollapseDetector(CollapseConfig())
+    >>> d = CollapseDetector()
     >>> d.update(reward_std=0.3, entropy=0.5, grad_norm=1.0, parse_failure_rate=0.9)
     (True, ['parse_failures'])
     >>> [d.update(reward_std=0.0, entropy=0.0, grad_norm=0.0)[1] for _ in range(10)][-2:]
@@ -89,8 +89,7 @@ class CollapseDetector:
     DEAD_STEPS = 10
     """Warn on every step once this many steps in a row had no reward difference in any group."""
 
-    def __init__(self, cfg: CollapseConfig) -> None:
-        self.cfg = cfg
+    def __init__(self) -> None:
         self.history: dict[str, deque[float]] = {
             k: deque(maxlen=self.WINDOW) for k in ("reward_std", "entropy", "grad_norm")
         }
@@ -141,7 +140,7 @@ class CollapseDetector:
         if self.steps_without_variance >= self.DEAD_STEPS:
             fired.append("no_reward_variance")
         absolute = any(name in ABSOLUTE_SIGNALS for name in fired)
-        return self.cfg.enabled and (relative or absolute), fired
+        return relative or absolute, fired
 
 
 class MetricsLogger:

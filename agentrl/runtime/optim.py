@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from agentrl.runtime.config import OptimConfig
+from agentrl.runtime.config import OptimConfig, SFTOptimConfig
 
 ADAM_EPS = 1e-8
 """AdamW's epsilon (PyTorch's default)."""
@@ -26,13 +26,14 @@ def build_optimizer(
 
 def lr_factor(step: int, cfg: OptimConfig, num_optimizer_steps: int) -> float:
     """Multiplier of the base LR at optimizer step `step` (0-based): linear warmup, then
-    constant, linear or cosine decay to `min_lr_ratio`, in `cfg.cycles` equal cycles whose
-    peaks shrink by `cfg.cycle_decay` each.
+    constant, linear or cosine decay to `min_lr_ratio`; supervised fine-tuning's (an
+    `SFTOptimConfig`) in `cfg.cycles` equal cycles whose peaks shrink by `cfg.cycle_decay` each.
 
     >>> cfg = OptimConfig(warmup_steps=2, schedule="linear", min_lr_ratio=0.0)
     >>> [round(lr_factor(s, cfg, 6), 2) for s in range(6)]
     [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
-    >>> cfg = OptimConfig(schedule="linear", cycles=2, cycle_decay=0.5)
+    >>> cfg = SFTOptimConfig(warmup_steps=0, schedule="linear", min_lr_ratio=0.0,
+    ...                      cycles=2, cycle_decay=0.5)
     >>> [round(lr_factor(s, cfg, 8), 3) for s in range(8)]
     [1.0, 0.75, 0.5, 0.25, 0.5, 0.375, 0.25, 0.125]
     """
@@ -42,13 +43,16 @@ def lr_factor(step: int, cfg: OptimConfig, num_optimizer_steps: int) -> float:
         return 1.0
     decay_steps = max(1, num_optimizer_steps - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / decay_steps)
-    cycle = min(int(progress * cfg.cycles), cfg.cycles - 1)
-    progress = min(1.0, progress * cfg.cycles - cycle)
+    cycles, cycle_decay = (
+        (cfg.cycles, cfg.cycle_decay) if isinstance(cfg, SFTOptimConfig) else (1, 1.0)
+    )
+    cycle = min(int(progress * cycles), cycles - 1)
+    progress = min(1.0, progress * cycles - cycle)
     if cfg.schedule == "linear":
         shape = 1.0 - progress
     else:
         shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-    peak = cfg.cycle_decay**cycle
+    peak = cycle_decay**cycle
     return peak * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape)
 
 

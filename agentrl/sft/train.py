@@ -467,7 +467,7 @@ def evaluate_model(
     from agentrl.rollout.ray_engine import engine_from_config
     from agentrl.runtime.lora import loadable_model
 
-    sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=max_new_tokens)
     with loadable_model(model) as model_path:  # an adapter, merged
         tokenizer = load_tokenizer(str(model_path))
         name, why = default_engine(model_path)
@@ -485,7 +485,7 @@ def evaluate_model(
             rollout_cfg=RolloutConfig(
                 max_context_tokens=max_context_tokens, history_turns=history_turns
             ),
-            sampling=sampling.to_params(),
+            sampling=sampling.to_params(seed=seed),
             env_name=env_name,
         )
     finally:

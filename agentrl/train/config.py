@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentrl.algos.config import AlgoConfig
 from agentrl.rollout.config import EngineConfig, RolloutConfig
 from agentrl.runtime.config import (
-    CollapseConfig,
     EnvConfig,
     ExpertSFTConfig,
     LoggingConfig,
@@ -29,6 +28,7 @@ from agentrl.runtime.config import (
     ModelConfig,
     OptimConfig,
     PolicyOptimConfig,
+    SFTOptimConfig,
 )
 from agentrl.runtime.config import config_keys as _config_keys
 from agentrl.runtime.config import load_config as _load_config
@@ -36,12 +36,12 @@ from agentrl.runtime.model_settings import ModelSettings
 
 __all__ = [
     "CheckpointConfig",
-    "CollapseConfig",
     "EvalConfig",
     "LoggingConfig",
     "LoraConfig",
     "OptimConfig",
     "PolicyOptimConfig",
+    "SFTOptimConfig",
     "TrainConfig",
     "TrainerConfig",
     "WarmStartConfig",
@@ -59,8 +59,8 @@ class _Section(BaseModel):
 class TrainerConfig(_Section):
     """The training loop: how much data per step and how it is turned into updates."""
 
-    num_steps: int = Field(default=20, gt=0)
-    """Training steps (rollout + update) in the run."""
+    num_steps: int = Field(default=50, gt=0)
+    """Training steps (rollout + update) in the run (an env's recipe may set its own)."""
     num_groups: int = Field(default=4, gt=0)
     """Initial states (env seeds) per step; each is rolled out `rollout.group_size` times."""
     first_seed: int = Field(default=500_000, ge=0)
@@ -157,6 +157,10 @@ class TrainConfig(_Section):
         "warm_start.optim.weight_decay": "removed: AdamW runs without weight decay",
         "warm_start.optim.betas": "removed: AdamW's betas are (0.9, 0.999)",
         "warm_start.optim.critic_lr": "removed: the warm start trains no critic",
+        "rollout.sampling.seed": "removed: the run's `seed` seeds the sampling too",
+        "optim.cycles": "removed: RL's lr decays once; warm_start.optim has cycles",
+        "optim.cycle_decay": "removed: RL's lr decays once; warm_start.optim has cycle_decay",
+        "logging.collapse": "removed: the collapse warning (a metric and a log line) always runs",
     }
     """Keys of earlier versions -> what to write instead (named when a config still has one)."""
 
@@ -181,7 +185,7 @@ class TrainConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Periodic evaluation on validation seeds."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    """Metrics, TensorBoard, W&B, trajectories, progress bar, collapse warning."""
+    """Metrics, TensorBoard, W&B, trajectories, progress bar."""
     seed: int = 0
     """Seed for torch, numpy and the env seed sequence."""
 

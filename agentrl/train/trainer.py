@@ -212,7 +212,7 @@ class Trainer:
             )
             if resume:
                 self.logger.truncate_after(self.state.step)
-        self.collapse = CollapseDetector(cfg.logging.collapse)
+        self.collapse = CollapseDetector()
         self.collapse.load_state(self.state.collapse_history)
         self._last_checkpoint_s: float | None = None
         self._pending: concurrent.futures.Future[RolloutResult] | None = None
@@ -327,9 +327,8 @@ class Trainer:
         sampling_cfg = self.cfg.rollout.sampling
         if temperature is not None:
             sampling_cfg = sampling_cfg.model_copy(update={"temperature": temperature})
-        base = sampling_cfg.seed if sampling_cfg.seed is not None else self.cfg.seed
-        params = sampling_cfg.to_params()
-        return replace(params, seed=(base * 1_000_003 + step * 7_919 + seed_salt) % 2**31)
+        seed = (self.cfg.seed * 1_000_003 + step * 7_919 + seed_salt) % 2**31
+        return sampling_cfg.to_params(seed=seed)
 
     def rollout(self, step: int) -> RolloutResult | None:
         """This step's trajectories from the algorithm's rollout source, made with the

@@ -15,7 +15,6 @@ from agentrl.algos.presets import load_preset
 from agentrl.config import load_config
 from agentrl.envs import register
 from agentrl.runtime.metrics import CollapseDetector
-from agentrl.train.config import CollapseConfig
 from agentrl.train.trainer import Trainer
 from agentrl.trajectory.io import read_trajectories, step_path
 
@@ -129,7 +128,7 @@ def test_a_dead_run_keeps_warning_where_the_relative_signals_go_quiet(tmp_path, 
     assert caplog.text.count("no group's episodes differed in reward") == 10  # from the 10th step
     assert "Echo Trap" not in caplog.text  # what the relative signals alone would have said
     assert caplog.text.count("since the run's first step: a warm start") == 10
-    resumed = CollapseDetector(CollapseConfig())
+    resumed = CollapseDetector()
     resumed.load_state(state)
     assert resumed.update(reward_std=0.0, entropy=0.001, grad_norm=0.0) == (
         True,
