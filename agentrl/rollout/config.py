@@ -86,8 +86,6 @@ class RolloutConfig(_Section):
     env_actor_resources: dict[str, float] = Field(default_factory=dict)
     """`ray`: custom resources each env actor needs, e.g. `{"env_node": 1}` to place env
     actors only on nodes started with `--resources '{"env_node": 8}'` (CPU-only nodes)."""
-    max_concurrent_episodes: int | None = Field(None, ge=1)
-    """Episodes in flight at once; None runs them all concurrently."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Sampling settings of each turn."""
 

@@ -573,13 +573,10 @@ async def arollout(
     else:
         envs = _RayEnvs.shared(env_factory, cfg)
     ctx = _Context(engine, envs, bridge, cfg, sampling, env_name)
-    limit = asyncio.Semaphore(cfg.max_concurrent_episodes or len(seeds) * group_size or 1)
-
     bar = _progress_bar(len(seeds) * group_size) if progress else None
 
     async def one(eid: int, seed: int, group_id: int) -> Trajectory:
-        async with limit:
-            traj = await _run_episode(ctx, eid, seed, group_id)
+        traj = await _run_episode(ctx, eid, seed, group_id)
         if bar is not None:
             bar[0].advance(bar[1])
         return traj

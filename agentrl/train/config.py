@@ -152,6 +152,7 @@ class TrainConfig(_Section):
         "engine.num_cpus_per_replica": "removed: each Ray replica reserves one CPU",
         "engine.placement_strategy": "removed: Ray's scheduler places the replicas",
         "trainer.lora.dropout": "removed: LoRA adapters have no dropout",
+        "rollout.max_concurrent_episodes": "removed: every episode of a step is in flight at once",
         "optim.weight_decay": "removed: AdamW runs without weight decay",
         "optim.betas": "removed: AdamW's betas are (0.9, 0.999)",
         "warm_start.optim.weight_decay": "removed: AdamW runs without weight decay",
