@@ -457,7 +457,8 @@ def train(
 
     CPU defaults: SmolLM2-135M with GRPO; for `sokoban`, the `tiny` model with a warm start on
     the solver's episodes, then expert iteration (the expert-iteration preset;
-    agentrl/train/defaults/cpu-sokoban.yaml).
+    agentrl/train/defaults/cpu-sokoban.yaml), and with a pretrained `--model` a LoRA warm
+    start, then StarPO-S (agentrl/train/defaults/cpu-sokoban-llm.yaml).
     """
     from agentrl.algos.presets import UnknownPresetError
     from agentrl.config import ConfigError, dump_config
