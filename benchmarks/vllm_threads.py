@@ -16,7 +16,8 @@ each in a fresh process (a fresh engine) on the same short RL run:
 
 The run: `agentrl.train.trainer.Trainer` on the Sokoban LLM recipe's settings
 (`cpu-sokoban-llm.yaml`: SmolLM2-135M-Instruct, LoRA r16, vLLM, 6x6 grid drawn with spaces,
-one grid a prompt, 16 new ids a turn), GRPO, `--groups` x 4 episodes of up to `--turns`
+one grid a prompt, 16 new ids a turn), GRPO with an entropy bonus of 0.001 (so that every
+row is trained), `--groups` x 4 episodes of up to `--turns`
 turns a step, no warm start; one warm-up step, then `--steps` timed steps. A step is its
 rollout, scoring and update, and the LoRA weight sync into vLLM (`time/step`).
 
@@ -76,6 +77,9 @@ def child(groups: int, turns: int, steps: int, threads: int) -> None:
             "rollout.max_context_tokens=512",
             "rollout.sampling.max_new_tokens=16",
             "algo.kl_coef=0.0",
+            # a small entropy bonus: every row is trained even when a group's returns are
+            # equal (else the update skips rows without credit, and often the whole batch)
+            "algo.entropy_coef=0.001",
             "optim.lr=1e-4",
             "checkpoint.every=0",
             "eval.every=0",
@@ -117,6 +121,7 @@ def main() -> None:
         help="1 group, 3 turns, 2 steps; vllm-auto, reserve0 and nobind at 1 trainer thread, "
         "vllm-auto at 2",
     )
+    parser.add_argument("--combos", help="placement:threads pairs, e.g. vllm-auto:1,reserve0:1")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     combos = [
@@ -125,6 +130,8 @@ def main() -> None:
     if args.quick:
         args.groups, args.turns, args.steps = 1, 3, 2
         combos = [("vllm-auto", 1), ("reserve0", 1), ("nobind", 1), ("vllm-auto", 2)]
+    if args.combos:
+        combos = [(c.split(":")[0], int(c.split(":")[1])) for c in args.combos.split(",")]
     if args.child:
         child(args.groups, args.turns, args.steps, args.child)
         return

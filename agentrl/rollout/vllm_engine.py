@@ -88,7 +88,11 @@ CPU_PLACEMENT_KEYS = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU
 
 CPU_PLACEMENT: dict[str, str] = {}
 """What `VLLMEngine` sets on CPU when the environment sets none of `CPU_PLACEMENT_KEYS`
-(empty: vLLM's own placement). Chosen from benchmarks/vllm_threads.py."""
+(empty: vLLM's own placement). Chosen from benchmarks/vllm_threads.py on 2 cores other jobs
+kept busy (load 4-12), short SmolLM2 LoRA RL steps (median): vLLM's own placement (its worker
+on 1 core, 1 kept for its scheduler) 25.2 s with 1 trainer thread, 36.2 s with 2; the worker
+on both cores (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`) 25.8 s (its rollouts 1.7x slower); unbound
+(`VLLM_CPU_OMP_THREADS_BIND=nobind`) rollouts 8x slower. So vLLM's own placement stays."""
 
 _VLLM_RESERVED_DEFAULT = 1
 """Cores vllm-cpu keeps for its scheduler without `VLLM_CPU_NUM_OF_RESERVED_CPU` (one per
