@@ -102,15 +102,17 @@ def _worker_main(conn: Connection, factory: EnvFactory) -> None:
 
 # -- the zygote: one process that has imported the env, and forks a worker in milliseconds -----
 def _zygote_main(fd: int) -> None:
-    """The zygote process: reads `(sys.path, pickled factory)`, imports what the factory needs,
-    then forks one worker per request (sending back its pid and its end of a socket pair)
-    until the owner closes the control socket; then kills the workers it forked."""
+    """The zygote process: reads `(sys.path, pickled factory, pickled env registrations)`,
+    imports what the factory needs, then forks one worker per request (sending back its pid
+    and its end of a socket pair) until the owner closes the control socket; then kills the
+    workers it forked."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the owner's to handle
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # ended workers are reaped at once
     control = socket.socket(fileno=fd)
     conn = Connection(os.dup(fd))
-    path, data = conn.recv()
+    path, data, specs = conn.recv()
     sys.path[:] = path
+    _add_registrations(specs)
     try:
         factory = pickle.loads(data)
     except Exception as e:  # e.g. an env class defined in a script's __main__
@@ -142,6 +144,35 @@ def _zygote_main(fd: int) -> None:
         forked.append(pid)
         socket.send_fds(control, [pickle.dumps(pid)], [theirs.fileno()])
         theirs.close()
+
+
+def _registrations() -> dict[str, bytes]:
+    """The owner's env registrations, each pickled (those made at run time, say by
+    `register` in a script or a test, exist in no fresh process); one that cannot be pickled
+    (a lambda entry point) is left out: a factory that needs it fails to start, and the
+    rollout falls back to threads."""
+    from agentrl.envs.registry import registry
+
+    out = {}
+    for name, spec in registry().items():
+        try:
+            out[name] = pickle.dumps(spec)
+        except Exception:  # noqa: BLE001 - any pickling failure: see the docstring
+            continue
+    return out
+
+
+def _add_registrations(specs: dict[str, bytes]) -> None:
+    """Register in this process the owner's envs it does not know (`_registrations`)."""
+    from agentrl.envs.registry import _REGISTRY, registry
+
+    known = registry()
+    for name, data in specs.items():
+        if name not in known:
+            try:
+                _REGISTRY[name] = pickle.loads(data)
+            except Exception:  # noqa: BLE001 - e.g. a module this process cannot import
+                continue
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -176,7 +207,7 @@ class _Zygote:
         theirs.close()
         self.control = mine
         self.conn = Connection(os.dup(mine.fileno()))
-        self.conn.send((list(sys.path), data))
+        self.conn.send((list(sys.path), data, _registrations()))
         error = self.conn.recv() if self.conn.poll(_ZYGOTE_START_S) else "no answer in time"
         if error is not None:
             self.close()

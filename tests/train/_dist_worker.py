@@ -101,7 +101,7 @@ def build(name: str, model, optim):
         device="cpu",
         lora=LoraConfig(enabled=lora == "lora", r=4, alpha=16),
     )
-    cfg = TrainConfig(optim=optim, trainer=trainer)
+    cfg = TrainConfig(optim=optim.model_dump(), trainer=trainer)
     torch.manual_seed(1)  # the LoRA init
     out = backend_for_run(cfg, model, lr=LR, num_optimizer_steps=4)
     assert isinstance(out, Backend), type(out)
