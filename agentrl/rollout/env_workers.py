@@ -9,7 +9,8 @@ in the new one by replaying their calls (`reset(seed)` and the actions since: en
 deterministic, which `agentrl envs check` checks).
 
 Pools outlive a rollout (a trainer's next step reuses its workers) and end at interpreter exit.
-Workers ignore Ctrl-C: the command that owns them decides how to stop, and ends them.
+Workers ignore Ctrl-C and SIGTERM: the command that owns them decides how to stop, and ends
+them; a worker asked to end closes its envs first (a sandbox removes its containers).
 
     pool = take_pool(partial(make, "sokoban"), num_workers=4)
     header, (obs, info) = await pool.call(0, "start", 7, timeout=60)
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -40,6 +42,9 @@ EnvFactory = Callable[[], TokenEnv]
 
 CLOSE_TIMEOUT_S = 5.0
 """Longest an env's `close()` may take."""
+END_TIMEOUT_S = 20.0
+"""Longest the workers of a pool may take to close their envs and run their exit hooks when
+the pool ends (a sandbox removing its containers); then they are killed."""
 
 
 class EnvCallTimeout(Exception):
@@ -88,16 +93,25 @@ def serve(
 
 
 def _worker_main(conn: Connection, factory: EnvFactory) -> None:
-    """A worker process: serves env calls one at a time until it receives None."""
+    """A worker process: serves env calls one at a time until it receives None, then closes
+    the envs it still holds and runs its exit hooks (a sandbox removes its containers)."""
     envs: dict[int, TokenEnv] = {}
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the owner is gone
-            return
-        if msg is None:
-            return
-        conn.send(serve(envs, factory, *msg))
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):  # the owner is gone
+                return
+            if msg is None:
+                return
+            conn.send(serve(envs, factory, *msg))
+    finally:
+        for env in envs.values():
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - the worker is ending either way
+                pass
+        atexit._run_exitfuncs()  # the worker ends with os._exit, which skips them
 
 
 # -- the zygote: one process that has imported the env, and forks a worker in milliseconds -----
@@ -106,7 +120,8 @@ def _zygote_main(fd: int) -> None:
     imports what the factory needs, then forks one worker per request (sending back its pid
     and its end of a socket pair) until the owner closes the control socket; then kills the
     workers it forked."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the owner's to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are the owner's to
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # handle: it closes the workers' envs
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # ended workers are reaped at once
     control = socket.socket(fileno=fd)
     conn = Connection(os.dup(fd))
@@ -173,6 +188,17 @@ def _add_registrations(specs: dict[str, bytes]) -> None:
                 _REGISTRY[name] = pickle.loads(data)
             except Exception:  # noqa: BLE001 - e.g. a module this process cannot import
                 continue
+
+
+def _ended(conn: Connection, deadline: float) -> bool:
+    """Whether the worker at the other end of `conn` ended (EOF) before `deadline`; an answer
+    it still sends (a retired worker's last call) is read and dropped."""
+    while conn.poll(max(0.0, deadline - time.monotonic())):
+        try:
+            conn.recv()
+        except (EOFError, OSError):
+            return True
+    return False
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -257,10 +283,13 @@ class ProcessEnvPool:
         self.num_workers = num_workers
         self.zygote = _Zygote(factory)
         self.workers = [self._start() for _ in range(num_workers)]
+        _live.add(self)
         self.logs: dict[int, _EnvLog] = {}
         self.locks: dict[int, asyncio.Lock] = {}
         self.num_replaced = 0
         """Workers killed and replaced (timeouts and deaths)."""
+        self.retired: list[_Worker] = []
+        """Workers replaced after a cancelled call, ending on their own (`_retire`)."""
 
     def _start(self, generation: int = 0) -> _Worker:
         pid, conn = self.zygote.fork()
@@ -270,6 +299,18 @@ class ProcessEnvPool:
         old = self.workers[index]
         _signal(old.pid, signal.SIGKILL)
         old.conn.close()
+        self.workers[index] = self._start(old.generation + 1)
+        self.num_replaced += 1
+
+    def _retire(self, index: int) -> None:
+        """Replace worker `index` without killing it: it ends after its current call, closing
+        its envs (a sandbox removes its containers); `close` kills it if it does not."""
+        old = self.workers[index]
+        try:
+            old.conn.send(None)
+        except OSError:
+            pass
+        self.retired.append(old)
         self.workers[index] = self._start(old.generation + 1)
         self.num_replaced += 1
 
@@ -331,29 +372,33 @@ class ProcessEnvPool:
         except (EOFError, OSError):
             self._replace(index)
             raise EnvWorkerDied("its worker process died") from None
-        except BaseException:  # cancelled mid-call: the worker's answer would come to the next
-            self._replace(index)
+        except BaseException:  # cancelled mid-call (or Ctrl-C): its answer would come to the
+            self._retire(index)  # next call, so a fresh worker takes its place
             raise
         if not ok:
             raise EnvCallError(result)
         return result
 
     def close(self) -> None:
-        """End every worker (asks first, kills what does not end within a second)."""
+        """End every worker (asks first: a worker closes its envs; kills what has not ended
+        within `END_TIMEOUT_S`)."""
+        _live.discard(self)
         for worker in self.workers:
             try:
                 worker.conn.send(None)
             except OSError:
                 pass
-        deadline = time.monotonic() + 1.0
-        for worker in self.workers:
-            if not worker.conn.poll(max(0.0, deadline - time.monotonic())):  # EOF once ended
+        deadline = time.monotonic() + END_TIMEOUT_S
+        for worker in self.workers + self.retired:
+            if not _ended(worker.conn, deadline):
                 _signal(worker.pid, signal.SIGKILL)
             worker.conn.close()
-        self.workers = []
+        self.workers, self.retired = [], []
         self.zygote.close()  # which kills any worker left
 
 
+_live: weakref.WeakSet[ProcessEnvPool] = weakref.WeakSet()
+"""Every pool not closed yet, idle or in use (a Ctrl-C can stop a rollout mid-step)."""
 _idle: dict[tuple[int, int, int], ProcessEnvPool] = {}
 """Idle pools by (process id, id of the factory, size), kept between rollouts."""
 _idle_lock = threading.Lock()
@@ -385,11 +430,10 @@ def return_pool(pool: ProcessEnvPool) -> None:
 
 
 def close_pools() -> None:
-    """End the idle pools' workers (at interpreter exit, and for tests)."""
+    """End every pool's workers, idle or in use (at interpreter exit, and for tests)."""
     with _idle_lock:
-        pools = list(_idle.values())
         _idle.clear()
-    for pool in pools:
+    for pool in list(_live):
         pool.close()
 
 

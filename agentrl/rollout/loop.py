@@ -562,7 +562,7 @@ async def arollout(
         _warn_once(bridge, bridge.probe_error)
     num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
     envs: _Envs
-    if cfg.env_executor == "thread":
+    if cfg.env_executor == "thread" or _bounds_its_own_calls(env_factory):
         envs = _ThreadEnvs(env_factory, num_workers)
     elif cfg.env_executor == "process":
         try:
@@ -615,6 +615,25 @@ def _progress_bar(total: int) -> tuple[Any, Any]:
         transient=True,
     )
     return bar, bar.add_task("episodes", total=total)
+
+
+def _bounds_its_own_calls(env_factory: EnvFactory) -> bool:
+    """Whether the env `env_factory` builds (`functools.partial(make, NAME, ...)`) declares
+    `bounds_its_own_calls`: its risky work runs in a sandbox that kills what overruns, so it
+    runs in threads, and its sandbox stays in this process, which removes its containers on
+    any exit (in a worker process a signal could leave them behind)."""
+    import functools
+
+    from agentrl.envs.registry import _resolve, make, spec
+
+    if not (isinstance(env_factory, functools.partial) and env_factory.func is make):
+        return False
+    try:
+        target = spec(env_factory.args[0]).entry_point
+        cls = _resolve(target) if isinstance(target, str) else target
+    except Exception:  # noqa: BLE001 - building the env reports what is wrong
+        return False
+    return bool(getattr(cls, "bounds_its_own_calls", False))
 
 
 def rollout(

@@ -213,5 +213,5 @@ def test_train_then_resume_after_kill9(require_docker: None, tmp_path: Path) -> 
     )
     _, err = resumed.proc.communicate(timeout=600)
     assert resumed.proc.returncode == 0, err[-3000:]
-    assert "resumed from" in err
+    assert "resume: RL continues at step" in err
     assert _containers(client, {resumed.proc.pid}) == []

@@ -101,7 +101,7 @@ def test_kill9_then_resume_matches_uninterrupted_run(tmp_path) -> None:
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stderr
+    assert "resume: RL continues at step" in resumed.stderr
     _, err = reference.communicate(timeout=300)
     assert reference.returncode == 0, err[-3000:]
 

@@ -160,6 +160,7 @@ class CodeEnv(TokenEnv):
         "fail, you will see the failures and may answer again with a corrected solution."
     )
     max_turns = 3
+    bounds_its_own_calls = True  # solutions run in the sandbox, which bounds them
 
     def __init__(
         self,

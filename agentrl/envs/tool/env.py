@@ -172,6 +172,8 @@ class PythonToolEnv(ToolEnv):
     58265460
     """
 
+    bounds_its_own_calls = True  # the python tool runs in the sandbox, which bounds it
+
     def __init__(
         self,
         max_turns: int = 6,
