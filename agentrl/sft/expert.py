@@ -15,8 +15,8 @@ section 7):
 >>> register_expert("always-up", lambda env, max_actions: "<answer>Up</answer>")
 >>> get_expert("always-up")(None, None)
 '<answer>Up</answer>'
->>> sorted(experts())[:3]
-['always-up', 'random', 'solver']
+>>> {"always-up", "random", "solver"} <= set(experts())
+True
 """
 
 from __future__ import annotations
