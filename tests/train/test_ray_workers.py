@@ -47,7 +47,9 @@ def test_ray_fsdp2_ranks_match_local(ray_cluster) -> None:
     from agentrl.train.ray_workers import RayTrainerGroup
 
     optim = OptimConfig(lr=LR, max_grad_norm=1.0)
-    cfg = TrainConfig(optim=optim.model_dump(), trainer=TrainerConfig(backend="fsdp2", device="cpu"), seed=3)
+    cfg = TrainConfig(
+        optim=optim.model_dump(), trainer=TrainerConfig(backend="fsdp2", device="cpu"), seed=3
+    )
     group = RayTrainerGroup(cfg, "tiny", num_ranks=2, lr=LR, num_optimizer_steps=2)
     try:
         assert group.backend_name == "FSDP2Backend"
