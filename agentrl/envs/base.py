@@ -59,7 +59,8 @@ class TokenEnv(gym.Env):
     bounds_its_own_calls: ClassVar[bool] = False
     """True if the env's risky work runs in a sandbox that kills what overruns its time limit:
     the rollout then runs it in threads in the command's own process (which removes the
-    sandbox's containers on any exit) instead of a worker process it could kill."""
+    sandbox's containers on any exit) instead of a worker process it could kill, unless
+    `rollout.env_executor` is set."""
     ends_within_max_turns: ClassVar[bool] = True
     """True if the env itself ends every episode within `max_turns` steps; False documents
     that it may run longer and relies on the rollout to truncate it (`check_env` reads this)."""

@@ -562,7 +562,8 @@ async def arollout(
         _warn_once(bridge, bridge.probe_error)
     num_workers = min(cfg.num_env_workers, max(1, len(seeds) * group_size))
     envs: _Envs
-    if cfg.env_executor == "thread" or _bounds_its_own_calls(env_factory):
+    chosen = "env_executor" in cfg.model_fields_set  # a user's choice wins over the env's
+    if cfg.env_executor == "thread" or (not chosen and _bounds_its_own_calls(env_factory)):
         envs = _ThreadEnvs(env_factory, num_workers)
     elif cfg.env_executor == "process":
         try:

@@ -25,6 +25,7 @@ class SandboxTurns(TokenEnv):
 
     system_prompt = "Answer with many letters."
     max_turns = 2
+    bounds_its_own_calls = True  # its work runs in the sandbox, as tool-python's does
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
