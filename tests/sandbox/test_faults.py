@@ -88,7 +88,9 @@ def test_train_goes_on_through_a_docker_daemon_restart(
         + ["--env", "sandbox_envs:SandboxTurns", "--model", "tiny", "--steps", "40"]
         + ["--run-dir", str(run_dir), "--set", "logging.progress=false"]
         + ["--set", "rollout.sampling.max_new_tokens=8", "--set", "checkpoint.every=100"]
-        + ["--set", f"rollout.episode_timeout_s={EPISODE_TIMEOUT_S}"],
+        + ["--set", f"rollout.episode_timeout_s={EPISODE_TIMEOUT_S}"]
+        # steps of 0.3 s: the outage spans more than the 3 failing steps that stop a run
+        + ["--set", "trainer.max_env_error_steps=40"],
         cwd=tmp_path,
         env={
             **os.environ,
